@@ -1,0 +1,3 @@
+//! # assembler
+//!
+//! (being built) The pure assembly core and its sled store.

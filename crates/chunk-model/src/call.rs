@@ -1,0 +1,136 @@
+//! Canonical tool calls and tool results: what consumers see, whatever the provider.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A tool call in canonical form.
+///
+/// `id` is the consumer-facing id: the provider's wire id (Responses: `call_id`), or a
+/// deterministic synthetic id (`provider_metadata.synthetic_id == true`) when the provider
+/// gives none (Gemini, Ollama). `index` is the call's 0-based position within its message,
+/// the same for every provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Consumer-facing id (never empty).
+    pub id: String,
+    /// Function name (empty only on an `abandoned` call whose name never arrived).
+    pub name: String,
+    /// Parsed arguments: an object/array/value on `completed`, `null` when the text is not
+    /// valid JSON (`invalid`, `abandoned`, `started`).
+    pub arguments: Value,
+    /// The argument text exactly as assembled from the stream.
+    pub raw_arguments: String,
+    /// 0-based position of the call within its message.
+    pub index: u32,
+    /// Provider details kept so history can be rendered back (Gemini `thoughtSignature`,
+    /// Responses `item_id`, `synthetic_id`, ...).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub provider_metadata: Map<String, Value>,
+}
+
+/// A complete tool result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The consumer-facing id of the call this answers.
+    pub tool_call_id: String,
+    /// The result text (non-string JSON outputs are kept as their compact JSON text).
+    pub output: String,
+    /// Whether the tool reported failure.
+    #[serde(default)]
+    pub is_error: bool,
+}
+
+/// One normalized statement from a message on `toolstream.results.<conv>.<msg>` (or an AI SDK
+/// `tool-result` part): see [`crate::decode::decode_result`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ResultInput {
+    /// A whole result in one message.
+    Complete(ToolResult),
+    /// A piece of a streamed result, appended.
+    Delta {
+        /// The call this answers.
+        tool_call_id: String,
+        /// Text to append.
+        delta: String,
+    },
+    /// The end of a streamed result.
+    Done {
+        /// The call this answers.
+        tool_call_id: String,
+        /// Whether the tool reported failure.
+        #[serde(default)]
+        is_error: bool,
+    },
+}
+
+impl ResultInput {
+    /// The id of the call this result answers.
+    pub fn tool_call_id(&self) -> &str {
+        match self {
+            ResultInput::Complete(r) => &r.tool_call_id,
+            ResultInput::Delta { tool_call_id, .. } | ResultInput::Done { tool_call_id, .. } => {
+                tool_call_id
+            }
+        }
+    }
+}
+
+/// The lifecycle status of a call, as stored and as shown in snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    /// Still receiving fragments.
+    Streaming,
+    /// Ended authoritatively with valid JSON arguments.
+    Completed,
+    /// Ended, but the arguments are not valid JSON or were cut (length, limit); raw kept.
+    Invalid,
+    /// The stream ended, errored, broke or timed out before the call finished.
+    Abandoned,
+}
+
+impl CallStatus {
+    /// Whether no further fragment can change the call.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, CallStatus::Streaming)
+    }
+}
+
+/// A call with its status, as listed by `message.completed` and by snapshots.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallOutcome {
+    /// Where the call stands.
+    pub status: CallStatus,
+    /// Why it is `invalid` or `abandoned` (`truncated`, `invalid_json`, `gap`, `timeout`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The call itself.
+    pub tool_call: ToolCall,
+}
+
+/// Parses assembled argument text into JSON per the completion rules: `""` (or only
+/// whitespace) on a properly ended call means `{}`; anything else must parse completely.
+pub fn parse_arguments(raw: &str) -> Result<Value, serde_json::Error> {
+    if raw.trim().is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    serde_json::from_str(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_arguments_on_an_ended_call_mean_an_empty_object() {
+        assert_eq!(parse_arguments("").unwrap(), serde_json::json!({}));
+        assert_eq!(parse_arguments("  \n").unwrap(), serde_json::json!({}));
+    }
+
+    #[test]
+    fn glued_parallel_arguments_are_not_valid() {
+        assert!(parse_arguments(r#"{"a":1}{"b":2}"#).is_err());
+        assert!(parse_arguments(r#"{"a":"#).is_err());
+    }
+}

@@ -1,0 +1,137 @@
+//! Normalized chunk events: what one raw provider chunk says about tool calls.
+//!
+//! Decoders (see [`crate::decode`]) turn provider bytes into a `Vec<ChunkEvent>`; the
+//! assembler applies them to its state. These types are the seam between the two, so they
+//! carry exactly the facts the identity and completion rules need and nothing else.
+//!
+//! Conventions every decoder follows:
+//! - blank strings (`""`, whitespace only) and `null` are *absent* (`None`), never values;
+//! - a fragment never carries a name or id it did not see on the wire;
+//! - an end is emitted only for an *authoritative* end signal, never because text parses.
+
+use crate::call::ResultInput;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// How a fragment or end signal locates its call. The assembler matches by `wire_id`, then
+/// `index`, then `item_id` (design.md "Identity and completion rules").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRef {
+    /// Position the provider gave the call: OpenAI `tool_calls[].index`, Anthropic/Bedrock
+    /// content block index, Responses `output_index`, Gemini part position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// The provider's call id: OpenAI `id`, Anthropic `id`, Responses `call_id`, Bedrock
+    /// `toolUseId`, AI SDK `toolCallId`, Gemini/Ollama `id` when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_id: Option<String>,
+    /// A block/item id that later fragments are keyed by (Responses `item_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_id: Option<String>,
+}
+
+/// A piece of one tool call. Any field may be absent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallFragment {
+    /// Which call this belongs to.
+    #[serde(flatten)]
+    pub at: CallRef,
+    /// The function name, when this fragment states it (never blank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Argument text to append (may be empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+    /// Provider metadata to merge into the call (Gemini `thoughtSignature`, Responses item
+    /// `id`, ...). Later keys overwrite earlier ones.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
+}
+
+/// An authoritative end of one call: `content_block_stop`, `function_call_arguments.done`,
+/// `output_item.done`, `contentBlockStop`, `tool-input-end`, or a whole call delivered in one
+/// piece (Gemini and Ollama parts, AI SDK `tool-call`). If no call matches, the assembler
+/// starts one from this end (whole calls).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallEnd {
+    /// Which call ends.
+    #[serde(flatten)]
+    pub at: CallRef,
+    /// The name, when the end signal states it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The *complete* argument text, when the end signal carries it (Responses `.done`,
+    /// `output_item.done`, whole Gemini/Ollama/AI SDK calls). It replaces what was assembled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+    /// Provider metadata to merge into the call.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
+}
+
+/// Why the provider ended the message, normalized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finish {
+    /// A normal end (`stop`, `tool_calls`, `end_turn`, `tool_use`, `STOP`, `completed`):
+    /// open calls end and are judged by their arguments.
+    Complete,
+    /// Output cut by a token limit (`length`, `max_tokens`, `MAX_TOKENS`, `incomplete`):
+    /// open calls end `invalid`, never `completed`.
+    Truncated,
+    /// Stopped by a filter or refusal (`content_filter`, `SAFETY`, `refusal`): open calls end
+    /// `abandoned`.
+    Filtered,
+    /// The provider reported a failure: open calls end `abandoned`.
+    Error,
+}
+
+/// One normalized statement from a provider chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ChunkEvent {
+    /// A fragment of a tool call (id/name/argument text).
+    CallFragment(CallFragment),
+    /// An authoritative end of one call (or a whole call in one piece).
+    CallEnd(CallEnd),
+    /// The provider ended the message; `reason` is the provider's own word (`tool_calls`,
+    /// `max_tokens`, ...). A second one changes nothing.
+    MessageEnd {
+        /// Normalized meaning of the reason.
+        finish: Finish,
+        /// The provider's raw reason string.
+        reason: String,
+    },
+    /// End of stream with no reason (`[DONE]`, Ollama `done: true` without `done_reason`).
+    StreamEnd,
+    /// The provider reported an error in-band (Anthropic `error`, Responses `response.failed`,
+    /// AI SDK `error`). Open calls end `abandoned`.
+    ProviderError {
+        /// The provider's message, shortened.
+        message: String,
+    },
+    /// A tool result carried inside the call stream (AI SDK `tool-result`).
+    ToolResult(ResultInput),
+}
+
+impl ChunkEvent {
+    /// A fragment with only argument text for the call at `index`.
+    pub fn args_at(index: u32, text: impl Into<String>) -> ChunkEvent {
+        ChunkEvent::CallFragment(CallFragment {
+            at: CallRef {
+                index: Some(index),
+                ..CallRef::default()
+            },
+            arguments: Some(text.into()),
+            ..CallFragment::default()
+        })
+    }
+}
+
+/// Turns a provider string into an id/name: `None` for blank text (blank strings are absent).
+pub fn non_blank(s: Option<&str>) -> Option<String> {
+    match s {
+        Some(t) if !t.trim().is_empty() => Some(t.to_string()),
+        _ => None,
+    }
+}

@@ -1,0 +1,1 @@
+//! Encoder stub: replaced by the real encoders.

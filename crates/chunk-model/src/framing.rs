@@ -1,0 +1,1 @@
+//! Framing stub: replaced by the real SSE/NDJSON reader.

@@ -1,0 +1,1 @@
+//! History policy stub: replaced by the real implementation.

@@ -1,0 +1,39 @@
+//! # chunk-model
+//!
+//! Wire types and pure conversions for toolstream. No I/O, no async, no clock: every function
+//! here is a deterministic transformation of its inputs, pinned by golden fixtures.
+//!
+//! ## Layout
+//! - [`provider`] — the [`Provider`] stream formats and their names/aliases.
+//! - [`chunk`] — normalized chunk events ([`ChunkEvent`]): the seam between decoders and the
+//!   assembler.
+//! - [`call`] — canonical [`ToolCall`], [`ToolResult`], [`CallStatus`], results as input.
+//! - [`event`] — the output contract: [`Event`], [`EventType`], deterministic event ids.
+//! - [`decode`] — one file per provider: raw chunk bytes → `Vec<ChunkEvent>`; tool results;
+//!   provider detection.
+//! - [`framing`] — splits a recorded stream (SSE or NDJSON, detected) into chunk bodies.
+//! - [`encode`] — renders stored calls and results back into each provider's request format,
+//!   with per-provider id mapping.
+//! - [`history`] — history policy: truncation, windows that keep calls with results, orphan and
+//!   placeholder handling, strict text mode, token estimate.
+//! - [`error`] — typed [`DecodeError`]s naming provider, field and an excerpt.
+//!
+//! The JSON Schema of events lives in `schema/event.v1.schema.json`; golden events in
+//! `tests/golden/`.
+
+pub mod call;
+pub mod chunk;
+pub mod decode;
+pub mod encode;
+pub mod error;
+pub mod event;
+pub mod framing;
+pub mod history;
+pub mod provider;
+
+pub use call::{parse_arguments, CallOutcome, CallStatus, ResultInput, ToolCall, ToolResult};
+pub use chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
+pub use decode::{decode, decode_result, detect_provider};
+pub use error::DecodeError;
+pub use event::{event_id, synthetic_call_id, Event, EventSubject, EventType, SCHEMA_VERSION};
+pub use provider::{Provider, UnknownProvider};

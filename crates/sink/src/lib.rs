@@ -1,0 +1,3 @@
+//! # sink
+//!
+//! (being built) Event sinks and the outbox relay.

@@ -1,0 +1,2 @@
+//! The `toolstream` binary (being built).
+fn main() {}
