@@ -16,6 +16,7 @@
 //!   with per-provider id mapping.
 //! - [`history`] — history policy: truncation, windows that keep calls with results, orphan and
 //!   placeholder handling, strict text mode, token estimate.
+//! - [`snapshot`] — [`MessageSnapshot`]: the stored state of a message (query API, history input).
 //! - [`error`] — typed [`DecodeError`]s naming provider, field and an excerpt.
 //!
 //! The JSON Schema of events lives in `schema/event.v1.schema.json`; golden events in
@@ -30,6 +31,7 @@ pub mod event;
 pub mod framing;
 pub mod history;
 pub mod provider;
+pub mod snapshot;
 
 pub use call::{parse_arguments, CallOutcome, CallStatus, ResultInput, ToolCall, ToolResult};
 pub use chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
@@ -37,3 +39,4 @@ pub use decode::{decode, decode_result, detect_provider};
 pub use error::DecodeError;
 pub use event::{event_id, synthetic_call_id, Event, EventSubject, EventType, SCHEMA_VERSION};
 pub use provider::{Provider, UnknownProvider};
+pub use snapshot::{MessageSnapshot, MessageStatus};

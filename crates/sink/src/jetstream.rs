@@ -1,0 +1,1 @@
+//! JetStream relay (being built).

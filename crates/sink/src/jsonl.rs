@@ -1,0 +1,1 @@
+//! JSONL sink (being built).
