@@ -42,10 +42,27 @@ pub struct CallFragment {
     /// Argument text to append (may be empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<String>,
+    /// Structured argument pieces (Vertex `partialArgs`): values at JSON paths, kept in
+    /// order by the assembler and turned into argument text with
+    /// [`crate::partial_args::build`] when the call ends with no argument text of its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path_values: Vec<PathValue>,
     /// Provider metadata to merge into the call (Gemini `thoughtSignature`, Responses item
     /// `id`, ...). Later keys overwrite earlier ones.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
+}
+
+/// One structured argument piece: a JSON value at a JSON path (`$.location`, `$.items[0].sku`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathValue {
+    /// JSONPath of the value, as the provider sent it.
+    pub path: String,
+    /// The value (for a string cut into pieces: this piece).
+    pub value: Value,
+    /// The provider said the string value at this path continues in a later piece.
+    #[serde(default)]
+    pub continues: bool,
 }
 
 /// An authoritative end of one call: `content_block_stop`, `function_call_arguments.done`,

@@ -11,6 +11,7 @@
 //! - [`event`] — the output contract: [`Event`], [`EventType`], deterministic event ids.
 //! - [`decode`] — one file per provider: raw chunk bytes → `Vec<ChunkEvent>`; tool results;
 //!   provider detection.
+//! - [`partial_args`] — rebuilds arguments from structured pieces (Vertex `partialArgs`).
 //! - [`framing`] — splits a recorded stream (SSE or NDJSON, detected) into chunk bodies.
 //! - [`encode`] — renders stored calls and results back into each provider's request format,
 //!   with per-provider id mapping.
@@ -30,11 +31,12 @@ pub mod error;
 pub mod event;
 pub mod framing;
 pub mod history;
+pub mod partial_args;
 pub mod provider;
 pub mod snapshot;
 
 pub use call::{parse_arguments, CallOutcome, CallStatus, ResultInput, ToolCall, ToolResult};
-pub use chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
+pub use chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue};
 pub use decode::{decode, decode_result, detect_provider};
 pub use error::DecodeError;
 pub use event::{event_id, synthetic_call_id, Event, EventSubject, EventType, SCHEMA_VERSION};
