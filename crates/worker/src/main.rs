@@ -1,2 +1,46 @@
-//! The `toolstream` binary (being built).
-fn main() {}
+//! # toolstream
+//!
+//! The binary: a thin `main` that parses the command line and hands over.
+//!
+//! ## Layout
+//! - `replay` — `toolstream replay`: recorded streams through the real assembler on a temporary
+//!   sled store, events printed as JSON lines. No server needed.
+//! - `run` — `toolstream run`: the JetStream worker (config, connection, provisioning, the
+//!   consume → apply → flush → ack loop, the outbox relay, queries, metrics, shutdown).
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod replay;
+mod run;
+
+/// Turns streamed LLM tool-call chunks into complete, consistent tool-call events.
+#[derive(Debug, Parser)]
+#[command(name = "toolstream", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the worker: consume chunks from NATS JetStream, assemble them in sled, publish events.
+    Run(Box<run::RunArgs>),
+    /// Replay recorded provider streams through the assembler and print the events.
+    Replay(replay::ReplayArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run::main(*args),
+        Command::Replay(args) => replay::main(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("toolstream: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
