@@ -1,0 +1,1 @@
+//! `/metrics` and `/healthz` (being built).
