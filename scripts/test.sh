@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs toolstream's whole test suite: formatting, every crate's unit, property, integration and
+# crash tests, and the benches in test mode (each bench once, no timing).
+#
+# The integration tests start their own nats-server (free port, temp store). When nats-server is
+# missing it is installed from the system packages; when that is impossible this script fails
+# loudly — it never skips a test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'test.sh: %s\n' "$*" >&2; exit 1; }
+
+find_nats_server() {
+  if [ -n "${NATS_SERVER_BIN:-}" ] && [ -x "${NATS_SERVER_BIN}" ]; then return 0; fi
+  if command -v nats-server >/dev/null 2>&1; then return 0; fi
+  [ -x /usr/sbin/nats-server ]
+}
+
+if ! find_nats_server; then
+  log "nats-server not found: installing it from the system packages"
+  command -v apt-get >/dev/null 2>&1 || die "nats-server is missing and apt-get is not available; install nats-server (2.9+) and re-run"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || die "nats-server is missing and installing it needs root (no sudo)"
+    SUDO="sudo"
+  fi
+  $SUDO apt-get update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nats-server || die "apt-get install nats-server failed"
+  find_nats_server || die "nats-server still not found after installing it"
+fi
+log "using $( (command -v nats-server || echo /usr/sbin/nats-server) ) ($( (nats-server --version 2>/dev/null || /usr/sbin/nats-server --version) | head -n1))"
+
+command -v cargo >/dev/null 2>&1 || die "cargo is missing: install a Rust toolchain (rustup) and re-run"
+
+log "cargo fmt --check"
+cargo fmt --all -- --check || die "code is not formatted: run 'cargo fmt --all'"
+
+log "cargo test (all crates, all tests)"
+cargo test --workspace --all-targets --no-fail-fast
+
+log "doc tests"
+cargo test --workspace --doc
