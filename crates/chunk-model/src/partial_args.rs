@@ -1,13 +1,379 @@
-//! Rebuilds argument JSON from structured pieces (Vertex `partialArgs`). Stub: being built.
+//! Rebuilds a call's argument JSON from structured pieces (Vertex `partialArgs`).
+//!
+//! With `streamFunctionCallArguments`, Vertex streams a function call's arguments as
+//! `partialArgs` entries: a JSONPath (RFC 9535 subset: `$.a`, `$.a.b`, `$.a[0]`, `$['a b']`)
+//! and one typed value. A long string arrives cut into consecutive pieces at the same path,
+//! every piece but the last marked `willContinue`. The decoder keeps each entry as a
+//! [`PathValue`]; the assembler keeps them in arrival order and calls [`build`] (or
+//! [`build_text`]) when the call ends without argument text of its own.
+//!
+//! Rules:
+//! - pieces are applied in order; objects and arrays on the way are created as needed;
+//! - a string piece appends to the string already at its path when the previous piece had
+//!   the same path, or when the last piece at that path said it continues; otherwise a
+//!   piece replaces the value at its path;
+//! - an array index past the end pads the gap with `null` (tolerant of skipped elements), up
+//!   to [`MAX_INDEX_GAP`] missing elements.
 
 use crate::chunk::PathValue;
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+/// Largest gap of missing array elements padded with `null`; a larger index is refused so a
+/// hostile path cannot allocate without bound.
+pub const MAX_INDEX_GAP: usize = 1024;
+
+/// Why pieces could not be turned into arguments.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartialArgsError {
+    /// The JSONPath is not in the supported subset (`$`, `.name`, `[n]`, `['name']`).
+    #[error("unsupported JSONPath {path:?}: {problem}")]
+    BadPath {
+        /// The path as the provider sent it.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// Two pieces disagree about the shape (a path goes through a value that is not an
+    /// object/array of the needed kind), or a piece replaces the root with a non-object.
+    #[error("piece at {path:?} conflicts with an earlier piece: {problem}")]
+    Conflict {
+        /// The path of the conflicting piece.
+        path: String,
+        /// What conflicts.
+        problem: String,
+    },
+}
+
+/// One step of a parsed JSONPath.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    /// An object member (`.name` or `['name']`).
+    Key(String),
+    /// An array element (`[n]`).
+    Index(usize),
+}
 
 /// Builds the arguments object from path/value pieces in arrival order; consecutive string
-/// pieces at the same path concatenate. Errors describe the first unusable path.
-pub fn build(pieces: &[PathValue]) -> Result<Value, String> {
-    if pieces.is_empty() {
-        return Ok(Value::Object(serde_json::Map::new()));
+/// pieces at the same path concatenate. No pieces give `{}`.
+pub fn build(pieces: &[PathValue]) -> Result<Value, PartialArgsError> {
+    let mut root = Value::Object(Map::new());
+    let mut previous: Option<Vec<Segment>> = None;
+    let mut continuing: Vec<Vec<Segment>> = Vec::new();
+    for piece in pieces {
+        let segments = parse_path(&piece.path)?;
+        let is_continuation =
+            previous.as_ref() == Some(&segments) || continuing.contains(&segments);
+        let slot = slot_at(&mut root, &segments, &piece.path)?;
+        match (&mut *slot, &piece.value) {
+            (Value::String(existing), Value::String(more)) if is_continuation => {
+                existing.push_str(more);
+            }
+            _ => *slot = piece.value.clone(),
+        }
+        continuing.retain(|p| p != &segments);
+        if piece.continues {
+            continuing.push(segments.clone());
+        }
+        previous = Some(segments);
     }
-    Err("partial argument rebuilding not written yet".to_string())
+    if !root.is_object() {
+        return Err(PartialArgsError::Conflict {
+            path: "$".to_string(),
+            problem: "the arguments root must be an object".to_string(),
+        });
+    }
+    Ok(root)
+}
+
+/// [`build`], rendered as compact JSON text (what a [`crate::ToolCall`]'s `raw_arguments`
+/// holds).
+pub fn build_text(pieces: &[PathValue]) -> Result<String, PartialArgsError> {
+    build(pieces).map(|value| value.to_string())
+}
+
+/// Walks `segments` from `root`, creating objects/arrays as needed, and returns the slot.
+fn slot_at<'v>(
+    root: &'v mut Value,
+    segments: &[Segment],
+    path: &str,
+) -> Result<&'v mut Value, PartialArgsError> {
+    let mut node = root;
+    for segment in segments {
+        if node.is_null() {
+            *node = match segment {
+                Segment::Key(_) => Value::Object(Map::new()),
+                Segment::Index(_) => Value::Array(Vec::new()),
+            };
+        }
+        node = match (segment, node) {
+            (Segment::Key(key), Value::Object(map)) => {
+                map.entry(key.clone()).or_insert(Value::Null)
+            }
+            (Segment::Index(i), Value::Array(items)) => {
+                if *i > items.len().saturating_add(MAX_INDEX_GAP) {
+                    return Err(conflict(path, "array index far past the end"));
+                }
+                if items.len() <= *i {
+                    items.resize(i.saturating_add(1), Value::Null);
+                }
+                match items.get_mut(*i) {
+                    Some(item) => item,
+                    None => return Err(conflict(path, "array index out of range")),
+                }
+            }
+            (Segment::Key(key), other) => {
+                return Err(conflict(
+                    path,
+                    &format!("member {key:?} of a {}", kind(other)),
+                ))
+            }
+            (Segment::Index(i), other) => {
+                return Err(conflict(
+                    path,
+                    &format!("element [{i}] of a {}", kind(other)),
+                ))
+            }
+        };
+    }
+    Ok(node)
+}
+
+fn conflict(path: &str, problem: &str) -> PartialArgsError {
+    PartialArgsError::Conflict {
+        path: path.to_string(),
+        problem: problem.to_string(),
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Parses the supported JSONPath subset: `$` then any of `.name`, `[n]`, `['name']`,
+/// `["name"]` (quoted names may escape their quote and backslash).
+fn parse_path(path: &str) -> Result<Vec<Segment>, PartialArgsError> {
+    let bad = |problem: &str| PartialArgsError::BadPath {
+        path: path.to_string(),
+        problem: problem.to_string(),
+    };
+    let trimmed = path.trim();
+    let mut chars = trimmed.chars().peekable();
+    if chars.next() != Some('$') {
+        return Err(bad("must start with `$`"));
+    }
+    let mut segments = Vec::new();
+    while let Some(c) = chars.next() {
+        match c {
+            '.' => {
+                let mut name = String::new();
+                while let Some(&n) = chars.peek() {
+                    if n == '.' || n == '[' {
+                        break;
+                    }
+                    name.push(n);
+                    chars.next();
+                }
+                if name.is_empty() {
+                    return Err(bad("empty member name after `.`"));
+                }
+                segments.push(Segment::Key(name));
+            }
+            '[' => match chars.peek().copied() {
+                Some(quote @ ('\'' | '"')) => {
+                    chars.next();
+                    let mut name = String::new();
+                    loop {
+                        match chars.next() {
+                            Some('\\') => match chars.next() {
+                                Some(escaped) => name.push(escaped),
+                                None => return Err(bad("unterminated escape")),
+                            },
+                            Some(q) if q == quote => break,
+                            Some(other) => name.push(other),
+                            None => return Err(bad("unterminated quoted name")),
+                        }
+                    }
+                    if chars.next() != Some(']') {
+                        return Err(bad("expected `]` after a quoted name"));
+                    }
+                    segments.push(Segment::Key(name));
+                }
+                _ => {
+                    let mut digits = String::new();
+                    loop {
+                        match chars.next() {
+                            Some(']') => break,
+                            Some(d) if d.is_ascii_digit() => digits.push(d),
+                            Some(_) => {
+                                return Err(bad("array index must be a non-negative integer"))
+                            }
+                            None => return Err(bad("unterminated `[`")),
+                        }
+                    }
+                    let index = digits
+                        .parse::<usize>()
+                        .map_err(|_| bad("array index must be a non-negative integer"))?;
+                    segments.push(Segment::Index(index));
+                }
+            },
+            _ => return Err(bad("expected `.` or `[`")),
+        }
+    }
+    Ok(segments)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn piece(path: &str, value: Value, continues: bool) -> PathValue {
+        PathValue {
+            path: path.to_string(),
+            value,
+            continues,
+        }
+    }
+
+    #[test]
+    fn no_pieces_build_an_empty_object() {
+        assert_eq!(build(&[]).unwrap(), json!({}));
+    }
+
+    #[test]
+    fn string_cut_into_pieces_concatenates_at_its_path() {
+        let pieces = [
+            piece("$.location", json!("Boston"), true),
+            piece("$.location", json!(", MA"), false),
+            piece("$.brightness", json!(50), false),
+        ];
+        assert_eq!(
+            build(&pieces).unwrap(),
+            json!({"location": "Boston, MA", "brightness": 50})
+        );
+        assert_eq!(
+            build_text(&pieces).unwrap(),
+            r#"{"brightness":50,"location":"Boston, MA"}"#
+        );
+    }
+
+    #[test]
+    fn nested_members_and_array_elements_are_created() {
+        let pieces = [
+            piece("$.order.items[0].sku", json!("A-1"), false),
+            piece("$.order.items[0].qty", json!(2), false),
+            piece("$.order.items[1].sku", json!("B-"), true),
+            piece("$.order.items[1].sku", json!("2"), false),
+            piece("$.order.gift", json!(true), false),
+            piece("$.order.note", Value::Null, false),
+        ];
+        assert_eq!(
+            build(&pieces).unwrap(),
+            json!({"order": {"items": [{"sku": "A-1", "qty": 2}, {"sku": "B-2"}], "gift": true, "note": null}})
+        );
+    }
+
+    #[test]
+    fn bracket_quoted_names_allow_spaces_dots_and_escapes() {
+        let pieces = [
+            piece("$['a b']", json!(1), false),
+            piece("$[\"x.y\"]", json!(2), false),
+            piece("$['it\\'s']", json!(3), false),
+        ];
+        assert_eq!(
+            build(&pieces).unwrap(),
+            json!({"a b": 1, "x.y": 2, "it's": 3})
+        );
+    }
+
+    #[test]
+    fn same_path_in_dot_and_bracket_form_is_one_path() {
+        let pieces = [
+            piece("$.city", json!("San "), true),
+            piece("$['city']", json!("Francisco"), false),
+        ];
+        assert_eq!(build(&pieces).unwrap(), json!({"city": "San Francisco"}));
+    }
+
+    #[test]
+    fn continued_string_resumes_after_an_interleaved_path() {
+        let pieces = [
+            piece("$.a", json!("he"), true),
+            piece("$.b", json!(1), false),
+            piece("$.a", json!("llo"), false),
+        ];
+        assert_eq!(build(&pieces).unwrap(), json!({"a": "hello", "b": 1}));
+    }
+
+    #[test]
+    fn finished_string_is_replaced_not_extended_by_a_later_non_consecutive_piece() {
+        let pieces = [
+            piece("$.a", json!("old"), false),
+            piece("$.b", json!(1), false),
+            piece("$.a", json!("new"), false),
+        ];
+        assert_eq!(build(&pieces).unwrap(), json!({"a": "new", "b": 1}));
+    }
+
+    #[test]
+    fn skipped_array_elements_pad_with_null() {
+        let pieces = [piece("$.xs[2]", json!(7), false)];
+        assert_eq!(build(&pieces).unwrap(), json!({"xs": [null, null, 7]}));
+    }
+
+    #[test]
+    fn huge_array_index_is_refused_instead_of_allocating() {
+        let pieces = [piece("$.xs[18446744073709551615]", json!(1), false)];
+        assert!(matches!(
+            build(&pieces),
+            Err(PartialArgsError::Conflict { .. })
+        ));
+    }
+
+    #[test]
+    fn path_without_dollar_is_rejected() {
+        let err = build(&[piece("location", json!("x"), false)]).unwrap_err();
+        assert!(matches!(err, PartialArgsError::BadPath { .. }), "{err}");
+    }
+
+    #[test]
+    fn malformed_paths_are_rejected_not_panicking() {
+        for path in [
+            "$.", "$[", "$[x]", "$['a", "$['a'", "$..a", "$a", "$[-1]", "$['a\\",
+        ] {
+            let err = build(&[piece(path, json!(1), false)]);
+            assert!(
+                matches!(err, Err(PartialArgsError::BadPath { .. })),
+                "{path}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn member_of_a_string_is_a_conflict() {
+        let pieces = [
+            piece("$.a", json!("s"), false),
+            piece("$.a.b", json!(1), false),
+        ];
+        assert!(matches!(
+            build(&pieces),
+            Err(PartialArgsError::Conflict { .. })
+        ));
+    }
+
+    #[test]
+    fn non_object_root_is_a_conflict() {
+        let pieces = [piece("$", json!("just a string"), false)];
+        assert!(matches!(
+            build(&pieces),
+            Err(PartialArgsError::Conflict { .. })
+        ));
+    }
 }

@@ -1,10 +1,219 @@
-//! Decoder stub: replaced by the real decoder.
+//! AWS Bedrock ConverseStream: one event as JSON, keyed by its event name (the shape the AWS
+//! SDKs yield and proxies re-wrap the binary event-stream frames into:
+//! `{"contentBlockDelta": {...}}`) → chunk events.
+//!
+//! - `contentBlockStart` with `start.toolUse` → a fragment with the block index, the
+//!   `toolUseId` and the `name`; other starts → nothing.
+//! - `contentBlockDelta` with `delta.toolUse.input` (a string fragment of the input JSON) →
+//!   argument text at the block index; text and reasoning deltas → nothing (text blocks often
+//!   have no start at all).
+//! - `contentBlockStop` → an end for that index, for every block (the assembler ignores ends
+//!   of indexes that hold no call).
+//! - `messageStop.stopReason` → message end; `messageStart` and `metadata` (usage, sent after
+//!   `messageStop`) → nothing.
+//! - `internalServerException`, `modelStreamErrorException`, `validationException`,
+//!   `throttlingException`, `serviceUnavailableException` → provider error.
+//!
+//! The event must be keyed by its name. A bare payload (the binary frame's JSON, whose event
+//! name travels in the `:event-type` header) carries no name and decodes to nothing; no
+//! producer was found that puts the name in a `"type"` field, so that form is not accepted.
+//! The `p` padding field AWS adds to every event is ignored like any unknown field.
 
-use crate::chunk::ChunkEvent;
+use serde::Deserialize;
+
+use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
+use crate::decode::text::{non_blank_text, shorten, Text};
+use crate::decode::typed::parse;
 use crate::error::DecodeError;
 use crate::provider::Provider;
 
-/// Decodes one chunk (already trimmed, never `[DONE]`).
+/// One ConverseStream event; normally exactly one member is present.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Event<'a> {
+    #[serde(borrow, default)]
+    content_block_start: Option<BlockStart<'a>>,
+    #[serde(borrow, default)]
+    content_block_delta: Option<BlockDelta<'a>>,
+    #[serde(default)]
+    content_block_stop: Option<BlockStop>,
+    #[serde(borrow, default)]
+    message_stop: Option<MessageStop<'a>>,
+    #[serde(borrow, default)]
+    internal_server_exception: Option<Exception<'a>>,
+    #[serde(borrow, default)]
+    model_stream_error_exception: Option<Exception<'a>>,
+    #[serde(borrow, default)]
+    validation_exception: Option<Exception<'a>>,
+    #[serde(borrow, default)]
+    throttling_exception: Option<Exception<'a>>,
+    #[serde(borrow, default)]
+    service_unavailable_exception: Option<Exception<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BlockStart<'a> {
+    #[serde(default)]
+    content_block_index: Option<u32>,
+    #[serde(borrow, default)]
+    start: Option<Start<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Start<'a> {
+    #[serde(borrow, default)]
+    tool_use: Option<ToolUseStart<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolUseStart<'a> {
+    #[serde(borrow, default)]
+    tool_use_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    name: Option<Text<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BlockDelta<'a> {
+    #[serde(default)]
+    content_block_index: Option<u32>,
+    #[serde(borrow, default)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Delta<'a> {
+    #[serde(borrow, default)]
+    tool_use: Option<ToolUseDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ToolUseDelta<'a> {
+    #[serde(borrow, default)]
+    input: Option<Text<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BlockStop {
+    #[serde(default)]
+    content_block_index: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageStop<'a> {
+    #[serde(borrow, default)]
+    stop_reason: Option<Text<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Exception<'a> {
+    #[serde(borrow, default, alias = "Message")]
+    message: Option<Text<'a>>,
+}
+
+/// Decodes one Bedrock chunk (already trimmed, never `[DONE]`).
 pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
-    Err(DecodeError::bad_field(Provider::OpenaiChat, "", "decoder not written yet", chunk))
+    let event: Event<'_> = parse(Provider::Bedrock, chunk)?;
+    let index_of = |index: Option<u32>, field: &str| {
+        index.ok_or_else(|| {
+            DecodeError::bad_field(
+                Provider::Bedrock,
+                field,
+                "missing: a block event needs its index",
+                chunk,
+            )
+        })
+    };
+    let mut out = Vec::new();
+    if let Some(start) = event.content_block_start {
+        if let Some(tool) = start.start.and_then(|s| s.tool_use) {
+            let index = index_of(
+                start.content_block_index,
+                "contentBlockStart.contentBlockIndex",
+            )?;
+            out.push(ChunkEvent::CallFragment(CallFragment {
+                at: CallRef {
+                    index: Some(index),
+                    wire_id: non_blank_text(tool.tool_use_id),
+                    item_id: None,
+                },
+                name: non_blank_text(tool.name),
+                ..CallFragment::default()
+            }));
+        }
+    }
+    if let Some(delta) = event.content_block_delta {
+        if let Some(tool) = delta.delta.and_then(|d| d.tool_use) {
+            let index = index_of(
+                delta.content_block_index,
+                "contentBlockDelta.contentBlockIndex",
+            )?;
+            let text = tool.input.map(Text::into_string).unwrap_or_default();
+            out.push(ChunkEvent::args_at(index, text));
+        }
+    }
+    if let Some(stop) = event.content_block_stop {
+        let index = index_of(
+            stop.content_block_index,
+            "contentBlockStop.contentBlockIndex",
+        )?;
+        out.push(ChunkEvent::CallEnd(CallEnd {
+            at: CallRef {
+                index: Some(index),
+                ..CallRef::default()
+            },
+            ..CallEnd::default()
+        }));
+    }
+    if let Some(stop) = event.message_stop {
+        out.push(match non_blank_text(stop.stop_reason) {
+            Some(reason) => ChunkEvent::MessageEnd {
+                finish: finish_of(&reason),
+                reason,
+            },
+            None => ChunkEvent::StreamEnd,
+        });
+    }
+    let exceptions = [
+        ("internalServerException", event.internal_server_exception),
+        (
+            "modelStreamErrorException",
+            event.model_stream_error_exception,
+        ),
+        ("validationException", event.validation_exception),
+        ("throttlingException", event.throttling_exception),
+        (
+            "serviceUnavailableException",
+            event.service_unavailable_exception,
+        ),
+    ];
+    for (name, exception) in exceptions {
+        if let Some(exception) = exception {
+            let message = match non_blank_text(exception.message) {
+                Some(m) => format!("{name}: {m}"),
+                None => name.to_string(),
+            };
+            out.push(ChunkEvent::ProviderError {
+                message: shorten(&message),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Normalizes `stopReason`.
+fn finish_of(reason: &str) -> Finish {
+    match reason {
+        "max_tokens" | "model_context_window_exceeded" => Finish::Truncated,
+        "guardrail_intervened" | "content_filtered" => Finish::Filtered,
+        // tool_use, end_turn, stop_sequence, reasons added later.
+        _ => Finish::Complete,
+    }
 }

@@ -1,10 +1,293 @@
-//! Decoder stub: replaced by the real decoder.
+//! Gemini / Vertex `streamGenerateContent`: one `GenerateContentResponse` JSON (an SSE `data:`
+//! line with `alt=sse`) or a JSON array of them (the non-SSE stream is one array) → chunk
+//! events.
+//!
+//! Only candidate 0 is read. Gemini gives calls no index across chunks, so every call event
+//! has `index: None`; the consumer id is the `functionCall.id` when present (Vertex, newer
+//! Gemini), otherwise the assembler makes a synthetic one.
+//!
+//! A part's `functionCall` is read in one of three ways:
+//! - **whole call** (the Gemini API and Vertex by default): a `name` and no `willContinue` →
+//!   one [`CallEnd`] with the compact JSON of `args` (`{}` when absent) and the part's
+//!   `thoughtSignature` in metadata. Several calls in one chunk → several ends, in order.
+//! - **streamed arguments** (Vertex `streamFunctionCallArguments`): a `functionCall` with
+//!   `willContinue: true` and/or `partialArgs` → a [`CallFragment`] carrying one
+//!   [`PathValue`] per `partialArgs` entry (the entry's `willContinue` becomes `continues`),
+//!   the name when given and the signature. The first part states the name, later ones only
+//!   pieces.
+//! - **closing part** of streamed arguments: no `willContinue` and no name, typically an
+//!   empty `functionCall: {}` → a [`CallEnd`] with no name and arguments only when `args` is
+//!   present, so the assembler rebuilds the text from the pieces
+//!   ([`crate::partial_args::build`]). A part with `partialArgs` and no `willContinue` is
+//!   the last piece *and* the end: a fragment followed by an end.
+//!
+//! A stateless decoder cannot tell a closing part that restates the name from a whole
+//! zero-argument call; it reads a named part without `willContinue` as a whole call (`{}`),
+//! which is what the documented streams send (the close is an empty `functionCall`).
+//!
+//! `finishReason` → message end (`STOP` → complete, `MAX_TOKENS` → truncated, safety family →
+//! filtered, `MALFORMED_FUNCTION_CALL` → error, anything else → complete);
+//! `promptFeedback.blockReason` → filtered; a top-level `error` object → provider error;
+//! usage-only chunks, text and thought parts → nothing.
 
-use crate::chunk::ChunkEvent;
+use serde::de::{Deserializer, IgnoredAny};
+use serde::Deserialize;
+use serde_json::{Map, Number, Value};
+
+use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue};
+use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
+use crate::decode::typed::parse;
 use crate::error::DecodeError;
 use crate::provider::Provider;
 
-/// Decodes one chunk (already trimmed, never `[DONE]`).
+/// Metadata key under which a part's `thoughtSignature` is kept verbatim.
+pub const THOUGHT_SIGNATURE: &str = "thoughtSignature";
+
+/// One `GenerateContentResponse`; only the fields toolstream reads.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Response<'a> {
+    #[serde(borrow, default)]
+    candidates: Option<Vec<Candidate<'a>>>,
+    #[serde(borrow, default)]
+    prompt_feedback: Option<PromptFeedback<'a>>,
+    #[serde(default)]
+    error: Option<JsonText>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Candidate<'a> {
+    #[serde(borrow, default)]
+    content: Option<Content<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Text<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Content<'a> {
+    #[serde(borrow, default)]
+    parts: Option<Vec<Part<'a>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Part<'a> {
+    #[serde(borrow, default)]
+    function_call: Option<FunctionCall<'a>>,
+    #[serde(borrow, default)]
+    thought_signature: Option<Text<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FunctionCall<'a> {
+    #[serde(borrow, default)]
+    id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    name: Option<Text<'a>>,
+    #[serde(default)]
+    args: Option<JsonText>,
+    #[serde(borrow, default)]
+    partial_args: Option<Vec<PartialArg<'a>>>,
+    #[serde(default)]
+    will_continue: Option<bool>,
+}
+
+/// One Vertex `PartialArg`: a JSONPath and one of four typed values.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PartialArg<'a> {
+    #[serde(borrow, default)]
+    json_path: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    string_value: Option<Text<'a>>,
+    #[serde(default)]
+    number_value: Option<Number>,
+    #[serde(default)]
+    bool_value: Option<bool>,
+    /// `nullValue` is present (its JSON is `"NULL_VALUE"` or `null`).
+    #[serde(default, deserialize_with = "present")]
+    null_value: bool,
+    #[serde(default)]
+    will_continue: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PromptFeedback<'a> {
+    #[serde(borrow, default)]
+    block_reason: Option<Text<'a>>,
+}
+
+/// `true` whenever the field is present, whatever its value (`null` included).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    IgnoredAny::deserialize(d).map(|_| true)
+}
+
+/// Decodes one Gemini chunk (already trimmed, never `[DONE]`): a response object or a JSON
+/// array of them.
 pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
-    Err(DecodeError::bad_field(Provider::OpenaiChat, "", "decoder not written yet", chunk))
+    let mut out = Vec::new();
+    if chunk.first() == Some(&b'[') {
+        let responses: Vec<Response<'_>> = parse(Provider::Gemini, chunk)?;
+        for (i, response) in responses.into_iter().enumerate() {
+            decode_response(response, &format!("[{i}]."), chunk, &mut out)?;
+        }
+    } else {
+        let response: Response<'_> = parse(Provider::Gemini, chunk)?;
+        decode_response(response, "", chunk, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Appends the events of one response; `prefix` is its JSON path prefix for errors.
+fn decode_response(
+    response: Response<'_>,
+    prefix: &str,
+    chunk: &[u8],
+    out: &mut Vec<ChunkEvent>,
+) -> Result<(), DecodeError> {
+    if let Some(candidate) = response.candidates.and_then(|c| c.into_iter().next()) {
+        let parts = candidate.content.and_then(|c| c.parts).unwrap_or_default();
+        for (i, part) in parts.into_iter().enumerate() {
+            let path = format!("{prefix}candidates[0].content.parts[{i}].functionCall");
+            decode_part(part, &path, chunk, out)?;
+        }
+        if let Some(reason) = non_blank_text(candidate.finish_reason) {
+            out.push(ChunkEvent::MessageEnd {
+                finish: finish_of(&reason),
+                reason,
+            });
+        }
+    }
+    if let Some(reason) = response
+        .prompt_feedback
+        .and_then(|f| non_blank_text(f.block_reason))
+    {
+        out.push(ChunkEvent::MessageEnd {
+            finish: Finish::Filtered,
+            reason,
+        });
+    }
+    if let Some(error) = response.error {
+        out.push(ChunkEvent::ProviderError {
+            message: provider_message(&error),
+        });
+    }
+    Ok(())
+}
+
+/// Appends the events of one part (nothing for text/thought parts).
+fn decode_part(
+    part: Part<'_>,
+    path: &str,
+    chunk: &[u8],
+    out: &mut Vec<ChunkEvent>,
+) -> Result<(), DecodeError> {
+    let Some(call) = part.function_call else {
+        return Ok(());
+    };
+    let mut metadata = Map::new();
+    if let Some(signature) = part.thought_signature {
+        metadata.insert(
+            THOUGHT_SIGNATURE.to_string(),
+            Value::String(signature.into_string()),
+        );
+    }
+    let arguments = match call.args {
+        Some(args) if args.was_string || !args.text.starts_with('{') => {
+            return Err(DecodeError::bad_field(
+                Provider::Gemini,
+                format!("{path}.args"),
+                "expected a JSON object",
+                chunk,
+            ))
+        }
+        Some(args) => Some(args.text),
+        None => None,
+    };
+    let at = CallRef {
+        wire_id: non_blank_text(call.id),
+        ..CallRef::default()
+    };
+    let name = non_blank_text(call.name);
+    let will_continue = call.will_continue == Some(true);
+    let pieces = path_values(call.partial_args.unwrap_or_default(), path, chunk)?;
+    let streamed = will_continue || !pieces.is_empty();
+    if streamed {
+        out.push(ChunkEvent::CallFragment(CallFragment {
+            at: at.clone(),
+            name: name.clone(),
+            arguments: None,
+            path_values: pieces,
+            metadata: std::mem::take(&mut metadata),
+        }));
+        if will_continue {
+            return Ok(());
+        }
+    }
+    // An end: a whole call (named, not streamed) gets `{}` for absent args; the closing
+    // part of streamed arguments only carries args it actually has.
+    let whole = !streamed && name.is_some();
+    out.push(ChunkEvent::CallEnd(CallEnd {
+        at,
+        name: if streamed { None } else { name },
+        arguments: match arguments {
+            Some(text) => Some(text),
+            None if whole => Some("{}".to_string()),
+            None => None,
+        },
+        metadata,
+    }));
+    Ok(())
+}
+
+/// One [`PathValue`] per `partialArgs` entry; entries without a value are skipped.
+fn path_values(
+    entries: Vec<PartialArg<'_>>,
+    path: &str,
+    chunk: &[u8],
+) -> Result<Vec<PathValue>, DecodeError> {
+    let mut out = Vec::with_capacity(entries.len());
+    for (k, entry) in entries.into_iter().enumerate() {
+        let Some(json_path) = non_blank_text(entry.json_path) else {
+            return Err(DecodeError::bad_field(
+                Provider::Gemini,
+                format!("{path}.partialArgs[{k}].jsonPath"),
+                "missing: every partial argument names its JSONPath",
+                chunk,
+            ));
+        };
+        let value = if let Some(s) = entry.string_value {
+            Value::String(s.into_string())
+        } else if let Some(n) = entry.number_value {
+            Value::Number(n)
+        } else if let Some(b) = entry.bool_value {
+            Value::Bool(b)
+        } else if entry.null_value {
+            Value::Null
+        } else {
+            continue;
+        };
+        out.push(PathValue {
+            path: json_path,
+            value,
+            continues: entry.will_continue == Some(true),
+        });
+    }
+    Ok(out)
+}
+
+/// Normalizes `finishReason`.
+fn finish_of(reason: &str) -> Finish {
+    match reason {
+        "MAX_TOKENS" => Finish::Truncated,
+        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY" => {
+            Finish::Filtered
+        }
+        "MALFORMED_FUNCTION_CALL" => Finish::Error,
+        // STOP, FINISH_REASON_UNSPECIFIED, OTHER, LANGUAGE, reasons added later.
+        _ => Finish::Complete,
+    }
 }
