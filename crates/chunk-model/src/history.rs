@@ -1,1 +1,136 @@
-//! History policy stub: replaced by the real implementation.
+//! History policy: turns the stored state of a conversation into a provider-valid request
+//! history for a target format, and reports what it had to do.
+//!
+//! ## Layout
+//! - [`render`] (this file) — the entry point: plan → encode → window → merge → count.
+//! - [`options`] — [`HistoryOptions`] (result limit, strict text, window, placeholder) and the
+//!   query body [`HistoryRequest`].
+//! - [`plan`] — the rules: what is sent as a tool call, placeholders, orphans, cut calls.
+//! - [`truncate`] — result truncation on a character boundary with `... [truncated]`.
+//! - [`window`] — keeping the last N messages without separating a call from its results.
+//! - [`tokens`] — the token estimate of exactly the returned payload.
+//!
+//! The id mapping ([`crate::encode::ids`]) is keyed by (turn, stored id), so a call and its
+//! result always carry the same mapped id.
+
+pub mod options;
+pub mod plan;
+pub mod tokens;
+pub mod truncate;
+pub mod window;
+
+pub use options::{HistoryOptions, HistoryRequest};
+pub use plan::{Block, Plan, ORPHAN_HEADER};
+pub use truncate::TRUNCATION_MARKER;
+
+use crate::encode::{
+    encode_calls, encode_results, encode_text, merge_roles_tagged, EncCall, EncResult,
+    HistoryFormat, IdMap, IdRule,
+};
+use crate::snapshot::MessageSnapshot;
+use serde::Serialize;
+use serde_json::Value;
+
+/// A rendered history and what the policy did to produce it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RenderedHistory {
+    /// The format rendered into.
+    pub target: HistoryFormat,
+    /// The messages (Chat/Anthropic/Bedrock/Ollama `messages`, Gemini `contents`, Responses
+    /// `input` items), in order.
+    pub messages: Vec<Value>,
+    /// Tokens of `serde_json::to_string(&messages)`, exactly what is returned.
+    pub token_estimate: usize,
+    /// How `token_estimate` was counted (`o200k_base` or `chars/4`).
+    pub tokenizer: &'static str,
+    /// Results cut to the limit.
+    pub truncated_results: usize,
+    /// Calls answered with the placeholder.
+    pub placeholders: usize,
+    /// Results rendered as `[Tool Result - Previous Context]` text.
+    pub orphans: usize,
+}
+
+/// Why a history could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// The payload could not be serialized for counting (not expected for JSON values).
+    #[error("serializing the rendered history: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+/// Renders `snapshots` (stored messages, in conversation order) as `target` history under
+/// `options`. See [`plan`] for the rules and [`window`] for windows.
+pub fn render(
+    snapshots: &[MessageSnapshot],
+    target: HistoryFormat,
+    options: &HistoryOptions,
+) -> Result<RenderedHistory, HistoryError> {
+    let plan = Plan::build(snapshots, options);
+    let ids = IdMap::build(
+        IdRule::for_format(target),
+        plan.blocks.iter().flat_map(|b| match b {
+            Block::Calls { turn, calls, .. } => calls
+                .iter()
+                .map(|c| (*turn, c.id.as_str()))
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        }),
+    );
+
+    let mut tagged: Vec<(usize, Value)> = Vec::new();
+    for block in &plan.blocks {
+        let turn = block.turn();
+        let messages = match block {
+            Block::Calls { note, calls, .. } => {
+                let enc: Vec<EncCall<'_>> = calls
+                    .iter()
+                    .map(|c| EncCall {
+                        id: ids.get(turn, &c.id).to_string(),
+                        name: &c.name,
+                        arguments: &c.arguments,
+                        metadata: &c.provider_metadata,
+                    })
+                    .collect();
+                encode_calls(target, note.as_deref(), &enc)
+            }
+            Block::Results { results, .. } => {
+                let enc: Vec<EncResult<'_>> = results
+                    .iter()
+                    .map(|a| EncResult {
+                        id: ids.get(turn, &a.call.id).to_string(),
+                        name: &a.call.name,
+                        id_sent: !is_synthetic(a.call),
+                        output: a.output.clone(),
+                        is_error: a.is_error,
+                    })
+                    .collect();
+                encode_results(target, &enc)
+            }
+            Block::Text { role, text, .. } => vec![encode_text(target, *role, text)],
+        };
+        tagged.extend(messages.into_iter().map(|m| (turn, m)));
+    }
+
+    let merged = merge_roles_tagged(target, tagged);
+    let kept = window::last(merged, options.window);
+    let messages: Vec<Value> = kept.into_iter().map(|(_, m)| m).collect();
+    let payload = serde_json::to_string(&messages)?;
+    let (token_estimate, tokenizer) = tokens::count(&payload);
+    Ok(RenderedHistory {
+        target,
+        messages,
+        token_estimate,
+        tokenizer,
+        truncated_results: plan.truncated_results,
+        placeholders: plan.placeholders,
+        orphans: plan.orphans,
+    })
+}
+
+fn is_synthetic(call: &crate::call::ToolCall) -> bool {
+    call.provider_metadata
+        .get(crate::encode::META_SYNTHETIC_ID)
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}

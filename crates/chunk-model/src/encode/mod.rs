@@ -1,1 +1,297 @@
-//! Encoder stub: replaced by the real encoders.
+//! Encoders: stored calls and results rendered back into each provider's request (history)
+//! format, and the inverse parsers used to prove the round trip.
+//!
+//! ## Layout
+//! - [`HistoryFormat`] (this file) — the target request formats and their names.
+//! - [`ids`] — per-target id rules and the deterministic, collision-free [`ids::IdMap`].
+//! - [`parse`] — [`HistoryParseError`] and the builder the inverse parsers share.
+//! - one file per format: [`openai_chat`] (also Mistral), [`openai_responses`], [`anthropic`],
+//!   [`gemini`], [`bedrock`], [`ollama`]. Each has `calls`, `results`, `text` and `parse`.
+//!
+//! The building blocks here are policy-free: [`EncCall`]s carry already-mapped ids and
+//! [`EncResult`]s already-truncated output. [`crate::history::render`] applies the policy
+//! (placeholders, orphans, truncation, windows, strict text) and calls these.
+//!
+//! Provider metadata keys read and written: [`META_THOUGHT_SIGNATURE`] (Gemini, rendered back on
+//! the same part), [`META_ITEM_ID`] (Responses item id), [`META_SYNTHETIC_ID`] (the id was
+//! invented by toolstream, so it is never sent to a provider whose ids are optional).
+
+pub mod anthropic;
+pub mod bedrock;
+pub mod gemini;
+pub mod ids;
+pub mod ollama;
+pub mod openai_chat;
+pub mod openai_responses;
+pub mod parse;
+
+pub use ids::{IdMap, IdRule};
+pub use parse::HistoryParseError;
+
+use crate::provider::Provider;
+use crate::snapshot::MessageSnapshot;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::fmt;
+use std::str::FromStr;
+
+/// Metadata key of Gemini's `thoughtSignature` (a string), kept on the call.
+pub const META_THOUGHT_SIGNATURE: &str = "thoughtSignature";
+/// Metadata key of the Responses API output item id (`fc_…`), kept on the call.
+pub const META_ITEM_ID: &str = "item_id";
+/// Metadata key set to `true` when the call id was invented by toolstream.
+pub const META_SYNTHETIC_ID: &str = "synthetic_id";
+
+/// A provider request format that history can be rendered into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HistoryFormat {
+    /// Chat Completions `messages` (OpenAI, Azure, Groq, DeepSeek, xAI, OpenRouter, vLLM, ...).
+    #[serde(
+        alias = "openai",
+        alias = "azure",
+        alias = "groq",
+        alias = "deepseek",
+        alias = "xai"
+    )]
+    OpenaiChat,
+    /// Responses API `input` items (`function_call` / `function_call_output`).
+    #[serde(alias = "responses")]
+    OpenaiResponses,
+    /// Anthropic Messages (`tool_use` / `tool_result` blocks).
+    #[serde(alias = "claude")]
+    Anthropic,
+    /// Gemini / Vertex `contents` (`functionCall` / `functionResponse` parts).
+    #[serde(alias = "vertex", alias = "google")]
+    Gemini,
+    /// Mistral chat: OpenAI-like, ids exactly 9 alphanumerics.
+    Mistral,
+    /// Bedrock Converse `messages` (`toolUse` / `toolResult` blocks).
+    Bedrock,
+    /// Ollama native `/api/chat` (`tool_calls` with object arguments, `tool_name` on results).
+    Ollama,
+}
+
+impl HistoryFormat {
+    /// Every format, in a stable order.
+    pub const ALL: [HistoryFormat; 7] = [
+        HistoryFormat::OpenaiChat,
+        HistoryFormat::OpenaiResponses,
+        HistoryFormat::Anthropic,
+        HistoryFormat::Gemini,
+        HistoryFormat::Mistral,
+        HistoryFormat::Bedrock,
+        HistoryFormat::Ollama,
+    ];
+
+    /// The canonical name (`openai-chat`, `mistral`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HistoryFormat::OpenaiChat => "openai-chat",
+            HistoryFormat::OpenaiResponses => "openai-responses",
+            HistoryFormat::Anthropic => "anthropic",
+            HistoryFormat::Gemini => "gemini",
+            HistoryFormat::Mistral => "mistral",
+            HistoryFormat::Bedrock => "bedrock",
+            HistoryFormat::Ollama => "ollama",
+        }
+    }
+
+    /// The stream format whose messages this history format answers (set on parsed snapshots).
+    pub fn provider(self) -> Provider {
+        match self {
+            HistoryFormat::OpenaiChat | HistoryFormat::Mistral => Provider::OpenaiChat,
+            HistoryFormat::OpenaiResponses => Provider::OpenaiResponses,
+            HistoryFormat::Anthropic => Provider::Anthropic,
+            HistoryFormat::Gemini => Provider::Gemini,
+            HistoryFormat::Bedrock => Provider::Bedrock,
+            HistoryFormat::Ollama => Provider::Ollama,
+        }
+    }
+
+    /// Whether consecutive messages of one role must be merged into one (the provider wants
+    /// strictly alternating roles, or all results of a turn in one message).
+    pub fn merges_roles(self) -> bool {
+        matches!(
+            self,
+            HistoryFormat::Anthropic | HistoryFormat::Gemini | HistoryFormat::Bedrock
+        )
+    }
+}
+
+impl fmt::Display for HistoryFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error for a history format nobody knows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown history format {0:?} (expected one of: openai-chat, openai-responses, anthropic, gemini, mistral, bedrock, ollama)")]
+pub struct UnknownHistoryFormat(pub String);
+
+impl FromStr for HistoryFormat {
+    type Err = UnknownHistoryFormat;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let quoted = Value::String(s.trim().to_ascii_lowercase());
+        serde_json::from_value(quoted).map_err(|_| UnknownHistoryFormat(s.to_string()))
+    }
+}
+
+/// Who speaks a plain text message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The user (also carries orphaned results and strict-mode results).
+    User,
+    /// The model (also carries notes about cut calls and strict-mode calls).
+    Assistant,
+}
+
+/// A call ready to encode: id already mapped to the target's rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncCall<'a> {
+    /// The id to send (mapped).
+    pub id: String,
+    /// Function name.
+    pub name: &'a str,
+    /// Parsed arguments (a completed call's).
+    pub arguments: &'a Value,
+    /// The call's provider metadata (signatures, item ids, synthetic flag).
+    pub metadata: &'a Map<String, Value>,
+}
+
+impl EncCall<'_> {
+    /// Whether the id was invented by toolstream (never sent where ids are optional).
+    pub fn synthetic(&self) -> bool {
+        self.metadata.get(META_SYNTHETIC_ID) == Some(&Value::Bool(true))
+    }
+
+    /// The arguments as a JSON object, for formats that only take objects: a non-object value
+    /// is wrapped as `{"value": v}` (lossy; completed tool arguments are objects in practice).
+    pub fn arguments_object(&self) -> Value {
+        match self.arguments {
+            Value::Object(_) => self.arguments.clone(),
+            other => {
+                let mut m = Map::new();
+                m.insert("value".to_string(), other.clone());
+                Value::Object(m)
+            }
+        }
+    }
+}
+
+/// A result ready to encode, answering the call with the same (mapped) id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncResult<'a> {
+    /// The mapped id of the call it answers.
+    pub id: String,
+    /// The call's function name (Gemini and Ollama name results by function).
+    pub name: &'a str,
+    /// Whether the id of the call was sent (Gemini: omitted for synthetic ids).
+    pub id_sent: bool,
+    /// Output text, already truncated by the history policy.
+    pub output: String,
+    /// Whether the tool reported failure.
+    pub is_error: bool,
+}
+
+/// Renders one assistant turn: optional text (notes about cut calls) and its calls.
+pub fn encode_calls(
+    format: HistoryFormat,
+    text: Option<&str>,
+    calls: &[EncCall<'_>],
+) -> Vec<Value> {
+    match format {
+        HistoryFormat::OpenaiChat => openai_chat::calls(text, calls, false),
+        HistoryFormat::Mistral => openai_chat::calls(text, calls, true),
+        HistoryFormat::OpenaiResponses => openai_responses::calls(text, calls),
+        HistoryFormat::Anthropic => anthropic::calls(text, calls),
+        HistoryFormat::Gemini => gemini::calls(text, calls),
+        HistoryFormat::Bedrock => bedrock::calls(text, calls),
+        HistoryFormat::Ollama => ollama::calls(text, calls),
+    }
+}
+
+/// Renders the results of one assistant turn, in call order, to follow it directly.
+pub fn encode_results(format: HistoryFormat, results: &[EncResult<'_>]) -> Vec<Value> {
+    match format {
+        HistoryFormat::OpenaiChat => openai_chat::results(results, false),
+        HistoryFormat::Mistral => openai_chat::results(results, true),
+        HistoryFormat::OpenaiResponses => openai_responses::results(results),
+        HistoryFormat::Anthropic => anthropic::results(results),
+        HistoryFormat::Gemini => gemini::results(results),
+        HistoryFormat::Bedrock => bedrock::results(results),
+        HistoryFormat::Ollama => ollama::results(results),
+    }
+}
+
+/// Renders a plain text message.
+pub fn encode_text(format: HistoryFormat, role: Role, text: &str) -> Value {
+    match format {
+        HistoryFormat::OpenaiChat | HistoryFormat::Mistral | HistoryFormat::Ollama => {
+            openai_chat::text(role, text)
+        }
+        HistoryFormat::OpenaiResponses => openai_responses::text(role, text),
+        HistoryFormat::Anthropic => anthropic::text(role, text),
+        HistoryFormat::Gemini => gemini::text(role, text),
+        HistoryFormat::Bedrock => bedrock::text(role, text),
+    }
+}
+
+/// Merges consecutive messages of the same role into one (content arrays / parts concatenated)
+/// for formats that need it ([`HistoryFormat::merges_roles`]); other formats pass unchanged.
+pub fn merge_roles(format: HistoryFormat, messages: Vec<Value>) -> Vec<Value> {
+    let tagged = messages.into_iter().map(|m| (0, m)).collect();
+    merge_roles_tagged(format, tagged)
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect()
+}
+
+/// [`merge_roles`] over messages tagged with their turn; a merged message keeps the later
+/// (larger) tag, so that a message holding a turn's calls is tagged with that turn.
+pub fn merge_roles_tagged(
+    format: HistoryFormat,
+    messages: Vec<(usize, Value)>,
+) -> Vec<(usize, Value)> {
+    if !format.merges_roles() {
+        return messages;
+    }
+    let list_key = if format == HistoryFormat::Gemini {
+        "parts"
+    } else {
+        "content"
+    };
+    let mut out: Vec<(usize, Value)> = Vec::with_capacity(messages.len());
+    for (tag, msg) in messages {
+        if let Some((prev_tag, prev)) = out.last_mut() {
+            if prev.get("role").is_some() && prev.get("role") == msg.get("role") {
+                let extra = msg.get(list_key).and_then(Value::as_array).cloned();
+                let target = prev.get_mut(list_key).and_then(Value::as_array_mut);
+                if let (Some(extra), Some(target)) = (extra, target) {
+                    target.extend(extra);
+                    *prev_tag = (*prev_tag).max(tag);
+                    continue;
+                }
+            }
+        }
+        out.push((tag, msg));
+    }
+    out
+}
+
+/// Parses a history in `format` back into canonical snapshots (one per assistant turn with
+/// calls). Plain text messages are skipped (see each format's `parse` for what is lossy).
+pub fn parse_history(
+    format: HistoryFormat,
+    messages: &[Value],
+) -> Result<Vec<MessageSnapshot>, HistoryParseError> {
+    match format {
+        HistoryFormat::OpenaiChat | HistoryFormat::Mistral => openai_chat::parse(format, messages),
+        HistoryFormat::OpenaiResponses => openai_responses::parse(messages),
+        HistoryFormat::Anthropic => anthropic::parse(messages),
+        HistoryFormat::Gemini => gemini::parse(messages),
+        HistoryFormat::Bedrock => bedrock::parse(messages),
+        HistoryFormat::Ollama => ollama::parse(messages),
+    }
+}
