@@ -13,6 +13,8 @@ pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod result;
+pub mod text;
+pub mod typed;
 
 use crate::chunk::ChunkEvent;
 use crate::error::DecodeError;

@@ -1,0 +1,87 @@
+//! Typed parsing of one chunk with precise errors: the fast path is a single serde pass
+//! into borrowed structs; only when it fails is the chunk parsed again to say *where*
+//! (the JSON path of the offending field), so diagnostics cost nothing on good input.
+
+use crate::error::DecodeError;
+use crate::provider::Provider;
+use serde::Deserialize;
+
+/// Parses `chunk` into `T`. Not JSON → [`DecodeError::NotJson`]; valid JSON with a field of
+/// the wrong type or shape → [`DecodeError::BadField`] naming its path (`$` for the top).
+pub fn parse<'a, T: Deserialize<'a>>(provider: Provider, chunk: &'a [u8]) -> Result<T, DecodeError> {
+    require_object(provider, chunk)?;
+    serde_json::from_slice::<T>(chunk).map_err(|e| diagnose::<T>(provider, chunk, &e))
+}
+
+/// Every chunk is a JSON object. serde would read a struct from an array too (by position),
+/// so anything else is refused up front: `BadField` at `$` if it is JSON, else `NotJson`.
+fn require_object(provider: Provider, chunk: &[u8]) -> Result<(), DecodeError> {
+    if chunk.trim_ascii_start().first() == Some(&b'{') {
+        return Ok(());
+    }
+    match serde_json::from_slice::<serde::de::IgnoredAny>(chunk) {
+        Ok(_) => Err(DecodeError::bad_field(
+            provider,
+            "$",
+            "expected a JSON object",
+            chunk,
+        )),
+        Err(e) => Err(DecodeError::not_json(provider, &e, chunk)),
+    }
+}
+
+/// Like [`parse`], but a chunk whose `type` is not one `handled` accepts is `Ok(None)` even
+/// when its other fields do not fit `T`: unknown event types are ignored, never errors.
+pub fn parse_typed_event<'a, T: Deserialize<'a>>(
+    provider: Provider,
+    chunk: &'a [u8],
+    handled: fn(&str) -> bool,
+) -> Result<Option<T>, DecodeError> {
+    require_object(provider, chunk)?;
+    match serde_json::from_slice::<T>(chunk) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_data() => {
+            #[derive(Deserialize)]
+            struct TypeOnly {
+                #[serde(rename = "type")]
+                ty: Option<serde_json::Value>,
+            }
+            match serde_json::from_slice::<TypeOnly>(chunk) {
+                Ok(TypeOnly {
+                    ty: Some(serde_json::Value::String(ty)),
+                }) if !handled(&ty) => Ok(None),
+                _ => Err(diagnose::<T>(provider, chunk, &e)),
+            }
+        }
+        Err(e) => Err(DecodeError::not_json(provider, &e, chunk)),
+    }
+}
+
+fn diagnose<'a, T: Deserialize<'a>>(
+    provider: Provider,
+    chunk: &'a [u8],
+    fast: &serde_json::Error,
+) -> DecodeError {
+    if !fast.is_data() {
+        return DecodeError::not_json(provider, fast, chunk);
+    }
+    let mut de = serde_json::Deserializer::from_slice(chunk);
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Err(e) => {
+            let path = e.path().to_string();
+            let field = if path == "." { "$".to_string() } else { path };
+            DecodeError::bad_field(provider, field, without_position(e.inner()), chunk)
+        }
+        Ok(_) => DecodeError::bad_field(provider, "$", without_position(fast), chunk),
+    }
+}
+
+/// serde_json's message without its ` at line L column C` suffix.
+fn without_position(e: &serde_json::Error) -> String {
+    let full = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    match full.strip_suffix(&suffix) {
+        Some(s) => s.to_string(),
+        None => full,
+    }
+}
