@@ -1,10 +1,152 @@
-//! Decoder stub: replaced by the real decoder.
+//! Decoder for OpenAI Chat Completions streaming chunks (`chat.completion.chunk`) and every
+//! host that speaks the same format: Azure, Mistral, Groq, DeepSeek, xAI, OpenRouter,
+//! Ollama `/v1`, LiteLLM, vLLM.
+//!
+//! What it reads: `choices[i].delta.tool_calls[j]` (`index`, `id`, `function.name`,
+//! `function.arguments`), the legacy `delta.function_call`, `choices[i].finish_reason`, and a
+//! top-level `error` object (OpenRouter's mid-stream error). Everything else (`content`,
+//! `usage`, `obfuscation`, `logprobs`, Azure's `prompt_filter_results`, OpenRouter's
+//! `provider`/`native_finish_reason`, ...) is ignored.
+//!
+//! Only choice index 0 (or a choice without an index) is decoded: a request with `n > 1`
+//! streams several alternative completions, and toolstream assembles the first one only;
+//! the other choices are ignored.
+//!
+//! The decoder passes what it sees through faithfully (indices missing, `null`, starting at
+//! 1, or reused by a new id; ids restated on every fragment); matching fragments to calls is
+//! the assembler's job. Blank or `null` ids and names are absent.
 
-use crate::chunk::ChunkEvent;
+use crate::chunk::{CallFragment, CallRef, ChunkEvent, Finish};
+use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
+use crate::decode::typed::parse;
 use crate::error::DecodeError;
 use crate::provider::Provider;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow, default)]
+    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    error: Option<JsonText>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(borrow, default)]
+    delta: Option<Delta<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Text<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCallDelta<'a>>>,
+    #[serde(borrow, default)]
+    function_call: Option<FunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(borrow, default)]
+    id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    function: Option<FunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta<'a> {
+    #[serde(borrow, default)]
+    name: Option<Text<'a>>,
+    #[serde(default)]
+    arguments: Option<JsonText>,
+}
 
 /// Decodes one chunk (already trimmed, never `[DONE]`).
 pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
-    Err(DecodeError::bad_field(Provider::OpenaiChat, "", "decoder not written yet", chunk))
+    let parsed: Chunk<'_> = parse(Provider::OpenaiChat, chunk)?;
+    let mut out = Vec::new();
+    for choice in parsed.choices.into_iter().flatten() {
+        if choice.index.is_some_and(|i| i != 0) {
+            continue;
+        }
+        if let Some(delta) = choice.delta {
+            for call in delta.tool_calls.into_iter().flatten() {
+                let (name, arguments) = split_function(call.function);
+                push_fragment(
+                    &mut out,
+                    call.index,
+                    non_blank_text(call.id),
+                    name,
+                    arguments,
+                );
+            }
+            if delta.function_call.is_some() {
+                let (name, arguments) = split_function(delta.function_call);
+                push_fragment(&mut out, Some(0), None, name, arguments);
+            }
+        }
+        if let Some(reason) = non_blank_text(choice.finish_reason) {
+            out.push(ChunkEvent::MessageEnd {
+                finish: finish_of(&reason),
+                reason,
+            });
+        }
+    }
+    if let Some(error) = parsed.error {
+        out.push(ChunkEvent::ProviderError {
+            message: provider_message(&error),
+        });
+    }
+    Ok(out)
+}
+
+fn split_function(f: Option<FunctionDelta<'_>>) -> (Option<String>, Option<String>) {
+    match f {
+        Some(f) => (
+            non_blank_text(f.name),
+            f.arguments.map(|a| a.text).filter(|a| !a.is_empty()),
+        ),
+        None => (None, None),
+    }
+}
+
+fn push_fragment(
+    out: &mut Vec<ChunkEvent>,
+    index: Option<u32>,
+    wire_id: Option<String>,
+    name: Option<String>,
+    arguments: Option<String>,
+) {
+    if wire_id.is_none() && name.is_none() && arguments.is_none() {
+        // Nothing said about the call (Azure prelude placeholders, empty keep-alive deltas).
+        return;
+    }
+    out.push(ChunkEvent::CallFragment(CallFragment {
+        at: CallRef {
+            index,
+            wire_id,
+            item_id: None,
+        },
+        name,
+        arguments,
+        ..CallFragment::default()
+    }));
+}
+
+/// Normalizes a `finish_reason`. `error` (OpenRouter) is [`Finish::Error`]; a reason nobody
+/// documents is a normal end, its raw word kept in the event.
+#[must_use]
+pub fn finish_of(reason: &str) -> Finish {
+    match reason {
+        "length" => Finish::Truncated,
+        "content_filter" => Finish::Filtered,
+        "error" => Finish::Error,
+        _ => Finish::Complete,
+    }
 }

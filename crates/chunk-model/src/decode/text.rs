@@ -308,8 +308,8 @@ mod tests {
 
     #[test]
     fn object_text_is_compact_and_keeps_key_order() {
-        let t: JsonText = serde_json::from_str(r#"{ "z": 1, "a": [true, null, 2.5, "x\"y"] }"#)
-            .unwrap();
+        let t: JsonText =
+            serde_json::from_str(r#"{ "z": 1, "a": [true, null, 2.5, "x\"y"] }"#).unwrap();
         assert_eq!(t.text, r#"{"z":1,"a":[true,null,2.5,"x\"y"]}"#);
         assert!(!t.was_string);
     }

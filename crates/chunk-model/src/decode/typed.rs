@@ -8,7 +8,10 @@ use serde::Deserialize;
 
 /// Parses `chunk` into `T`. Not JSON → [`DecodeError::NotJson`]; valid JSON with a field of
 /// the wrong type or shape → [`DecodeError::BadField`] naming its path (`$` for the top).
-pub fn parse<'a, T: Deserialize<'a>>(provider: Provider, chunk: &'a [u8]) -> Result<T, DecodeError> {
+pub fn parse<'a, T: Deserialize<'a>>(
+    provider: Provider,
+    chunk: &'a [u8],
+) -> Result<T, DecodeError> {
     require_object(provider, chunk)?;
     serde_json::from_slice::<T>(chunk).map_err(|e| diagnose::<T>(provider, chunk, &e))
 }
