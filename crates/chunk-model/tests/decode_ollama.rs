@@ -1,0 +1,212 @@
+//! Decoder tests for Ollama's native `/api/chat` NDJSON: whole calls, `done` handling,
+//! errors, recorded streams, and a no-panic property test.
+
+mod support;
+
+use chunk_model::{ChunkEvent, DecodeError, Finish, Provider};
+use proptest::prelude::*;
+use serde_json::json;
+use support::*;
+
+const P: Provider = Provider::Ollama;
+
+#[test]
+fn whole_calls_in_one_line_are_call_ends_with_compact_arguments() {
+    let c = r#"{"model":"qwen3","created_at":"2025-05-27T22:54:58.100509Z","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"get_current_weather","arguments":{"format":"celsius","location":"Toronto"}}},{"function":{"name":"get_current_weather","arguments":{"location":"Ottawa", "format": "celsius"}}}]},"done":false}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![
+            end(
+                at(Some(0), None, None),
+                Some("get_current_weather"),
+                Some(r#"{"format":"celsius","location":"Toronto"}"#)
+            ),
+            end(
+                at(Some(1), None, None),
+                Some("get_current_weather"),
+                Some(r#"{"location":"Ottawa","format":"celsius"}"#)
+            ),
+        ]
+    );
+}
+
+#[test]
+fn function_index_and_id_win_over_position() {
+    let c = r#"{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"id":"call_x1","function":{"index":3,"name":"f","arguments":{}}}]},"done":false}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![end(
+            at(Some(3), Some("call_x1"), None),
+            Some("f"),
+            Some("{}")
+        )]
+    );
+}
+
+#[test]
+fn missing_arguments_on_a_whole_call_mean_empty_object() {
+    let c = r#"{"model":"m","message":{"role":"assistant","tool_calls":[{"function":{"name":"now"}}]},"done":false}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![end(at(Some(0), None, None), Some("now"), Some("{}"))]
+    );
+}
+
+#[test]
+fn arguments_given_as_string_are_kept() {
+    let c = r#"{"model":"m","message":{"tool_calls":[{"function":{"name":"f","arguments":"{\"a\":1}"}}]},"done":false}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![end(at(Some(0), None, None), Some("f"), Some(r#"{"a":1}"#))]
+    );
+}
+
+#[test]
+fn done_reason_stop_is_complete_and_length_is_truncated() {
+    let stop = r#"{"model":"m","created_at":"x","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":1}"#;
+    assert_eq!(
+        decode_ok(P, stop),
+        vec![ChunkEvent::MessageEnd {
+            finish: Finish::Complete,
+            reason: "stop".into()
+        }]
+    );
+    let length = r#"{"model":"m","message":{"role":"assistant","content":""},"done_reason":"length","done":true}"#;
+    assert_eq!(
+        decode_ok(P, length),
+        vec![ChunkEvent::MessageEnd {
+            finish: Finish::Truncated,
+            reason: "length".into()
+        }]
+    );
+}
+
+#[test]
+fn done_without_done_reason_is_stream_end() {
+    let c = r#"{"model":"m","message":{"role":"assistant","content":""},"done":true}"#;
+    assert_eq!(decode_ok(P, c), vec![ChunkEvent::StreamEnd]);
+}
+
+#[test]
+fn content_and_thinking_lines_are_no_events() {
+    let c = r#"{"model":"m","created_at":"x","message":{"role":"assistant","content":"Hel","thinking":"hmm","images":null},"done":false}"#;
+    assert_eq!(decode_ok(P, c), vec![]);
+}
+
+#[test]
+fn error_line_is_provider_error() {
+    let c = r#"{"error":"model 'nope' not found"}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![ChunkEvent::ProviderError {
+            message: "model 'nope' not found".into()
+        }]
+    );
+}
+
+#[test]
+fn tool_calls_not_an_array_is_bad_field() {
+    let c = r#"{"model":"m","message":{"tool_calls":{"function":{}}},"done":false}"#;
+    assert!(
+        matches!(decode_err(P, c), DecodeError::BadField { field, provider, .. } if field == "message.tool_calls" && provider == P)
+    );
+    let c = r#"{"model":"m","message":{"tool_calls":[{"function":{"index":-1}}]},"done":false}"#;
+    assert!(
+        matches!(decode_err(P, c), DecodeError::BadField { field, .. } if field == "message.tool_calls[0].function.index")
+    );
+}
+
+#[test]
+fn recorded_parallel_calls_keep_ids_indices_and_unicode() {
+    let events = decode_recording(P, "ollama/parallel_calls.ndjson");
+    assert_eq!(
+        events,
+        vec![
+            end(
+                at(Some(0), Some("call_hy6pzfs1"), None),
+                Some("get_current_weather"),
+                Some(r#"{"location":"Toronto","format":"celsius"}"#)
+            ),
+            end(
+                at(Some(1), Some("call_m2x0q7vd"), None),
+                Some("get_current_weather"),
+                Some(r#"{"location":"Montréal","format":"celsius"}"#)
+            ),
+            ChunkEvent::MessageEnd {
+                finish: Finish::Complete,
+                reason: "stop".into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn recorded_calls_in_separate_lines_without_ids_are_whole_calls() {
+    let events = decode_recording(P, "ollama/separate_chunks_no_ids.ndjson");
+    assert_eq!(
+        events,
+        vec![
+            end(
+                at(Some(0), None, None),
+                Some("add"),
+                Some(r#"{"a":2,"b":3}"#)
+            ),
+            end(
+                at(Some(0), None, None),
+                Some("multiply"),
+                Some(r#"{"a":5,"b":{"nested":[1,2.5,"x"]}}"#)
+            ),
+            ChunkEvent::MessageEnd {
+                finish: Finish::Complete,
+                reason: "stop".into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn recorded_truncated_done_without_reason_and_error_streams() {
+    assert_eq!(
+        decode_recording(P, "ollama/truncated_length.ndjson").last(),
+        Some(&ChunkEvent::MessageEnd {
+            finish: Finish::Truncated,
+            reason: "length".into()
+        })
+    );
+    assert_eq!(
+        decode_recording(P, "ollama/done_without_reason.ndjson").last(),
+        Some(&ChunkEvent::StreamEnd)
+    );
+    assert!(matches!(
+        decode_recording(P, "ollama/error.ndjson").last(),
+        Some(ChunkEvent::ProviderError { .. })
+    ));
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = chunk_model::decode(P, &bytes);
+    }
+
+    #[test]
+    fn arbitrary_json_never_panics(value in arb_json()) {
+        let _ = chunk_model::decode(P, value.to_string().as_bytes());
+        let shaped = json!({"model": "m", "message": {"tool_calls": [{"id": value, "function": {"name": "f", "arguments": value, "index": value}}]}, "done": true, "done_reason": value});
+        let _ = chunk_model::decode(P, shaped.to_string().as_bytes());
+    }
+
+    #[test]
+    fn object_arguments_round_trip_to_equal_json(value in arb_json()) {
+        let line = json!({"model": "m", "message": {"tool_calls": [{"function": {"name": "f", "arguments": {"v": value}}}]}, "done": false});
+        let events = chunk_model::decode(P, line.to_string().as_bytes()).unwrap();
+        match &events[..] {
+            [ChunkEvent::CallEnd(e)] => {
+                let text = e.arguments.as_deref().unwrap();
+                let back: serde_json::Value = serde_json::from_str(text).unwrap();
+                prop_assert_eq!(back, json!({"v": value}));
+            }
+            other => prop_assert!(false, "unexpected {:?}", other),
+        }
+    }
+}
