@@ -5,14 +5,18 @@
 //! ## Layout
 //! - `replay` — `toolstream replay`: recorded streams through the real assembler on a temporary
 //!   sled store, events printed as JSON lines. No server needed.
+//! - `publish` — `toolstream publish`: a recorded stream to JetStream as a producer would send it.
+//! - `tail` — `toolstream tail`: events as JSON lines, live or from the start of the stream.
 //! - `run` — `toolstream run`: the JetStream worker (config, connection, provisioning, the
 //!   consume → apply → flush → ack loop, the outbox relay, queries, metrics, shutdown).
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod publish;
 mod replay;
 mod run;
+mod tail;
 
 /// Turns streamed LLM tool-call chunks into complete, consistent tool-call events.
 #[derive(Debug, Parser)]
@@ -28,6 +32,10 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Replay recorded provider streams through the assembler and print the events.
     Replay(replay::ReplayArgs),
+    /// Publish a recorded provider stream (or tool results) to JetStream as a producer would.
+    Publish(publish::PublishArgs),
+    /// Print toolstream's events as JSON lines as they arrive.
+    Tail(tail::TailArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +43,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::main(*args),
         Command::Replay(args) => replay::main(args),
+        Command::Publish(args) => publish::main(args),
+        Command::Tail(args) => tail::main(args),
     };
     match result {
         Ok(code) => code,

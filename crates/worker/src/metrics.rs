@@ -28,8 +28,10 @@ impl Histogram {
             }
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add(d.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        self.sum_micros.fetch_add(
+            d.as_micros().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
     }
 
     /// Number of observations.
@@ -83,5 +85,173 @@ impl Metrics {
     /// Adds `n` to a counter.
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Renders every metric in the Prometheus text exposition format (version 0.0.4).
+    ///
+    /// `open_streams` and `outbox_depth` are gauges read from the store by the caller; `None`
+    /// (the store could not be read) leaves that gauge out rather than reporting a false zero.
+    pub fn render(&self, open_streams: Option<u64>, outbox_depth: Option<u64>) -> String {
+        let mut out = String::with_capacity(4096);
+        let counters: [(&str, &str, &AtomicU64); 9] = [
+            (
+                "toolstream_chunks_in_total",
+                "Chunk messages consumed.",
+                &self.chunks_in,
+            ),
+            (
+                "toolstream_results_in_total",
+                "Tool-result messages consumed.",
+                &self.results_in,
+            ),
+            (
+                "toolstream_duplicates_total",
+                "Inputs that were duplicates and changed nothing.",
+                &self.duplicates,
+            ),
+            (
+                "toolstream_parked_total",
+                "Inputs parked ahead of a sequence gap.",
+                &self.parked,
+            ),
+            (
+                "toolstream_dead_letters_total",
+                "Inputs sent to the dead-letter subject.",
+                &self.dead_letters,
+            ),
+            (
+                "toolstream_events_out_total",
+                "Events published and confirmed by a PubAck.",
+                &self.events_out,
+            ),
+            (
+                "toolstream_publish_errors_total",
+                "Event publish attempts that failed and will be retried.",
+                &self.publish_errors,
+            ),
+            (
+                "toolstream_batches_total",
+                "Fetched batches applied.",
+                &self.batches,
+            ),
+            (
+                "toolstream_store_errors_total",
+                "Storage errors (the batch is retried).",
+                &self.store_errors,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            write_header(&mut out, name, help, "counter");
+            out.push_str(&format!("{name} {}\n", counter.load(Ordering::Relaxed)));
+        }
+        let gauges = [
+            (
+                "toolstream_open_streams",
+                "Messages whose stream is still open in the store.",
+                open_streams,
+            ),
+            (
+                "toolstream_outbox_depth",
+                "Events durable in the outbox and not yet confirmed published.",
+                outbox_depth,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            if let Some(v) = value {
+                write_header(&mut out, name, help, "gauge");
+                out.push_str(&format!("{name} {v}\n"));
+            }
+        }
+        self.batch_apply.render_into(
+            &mut out,
+            "toolstream_batch_apply_seconds",
+            "Time to decode and apply one fetched batch.",
+        );
+        self.batch_flush.render_into(
+            &mut out,
+            "toolstream_batch_flush_seconds",
+            "Time of the one sled flush per batch (group commit).",
+        );
+        out
+    }
+}
+
+/// Writes the `# HELP` and `# TYPE` lines of one metric family.
+fn write_header(out: &mut String, name: &str, help: &str, kind: &str) {
+    out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+}
+
+impl Histogram {
+    /// Appends this histogram as a Prometheus `histogram` family: cumulative `_bucket` lines
+    /// (ending with `+Inf`), `_sum` and `_count`.
+    fn render_into(&self, out: &mut String, name: &str, help: &str) {
+        write_header(out, name, help, "histogram");
+        // Read count first: buckets only grow, so clamping keeps the series monotone even while
+        // observations race with rendering.
+        let count = self.count();
+        let mut cumulative = 0u64;
+        for (bound, n) in LATENCY_BUCKETS.iter().zip(self.bucket_counts()) {
+            cumulative = cumulative.saturating_add(n).min(count);
+            out.push_str(&format!("{name}_bucket{{le=\"{bound}\"}} {cumulative}\n"));
+        }
+        out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} {count}\n"));
+        out.push_str(&format!("{name}_sum {}\n", self.sum_seconds()));
+        out.push_str(&format!("{name}_count {count}\n"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_reports_counters_and_cumulative_histogram_buckets() {
+        let m = Metrics::default();
+        Metrics::add(&m.chunks_in, 7);
+        Metrics::add(&m.events_out, 3);
+        m.batch_apply.observe(Duration::from_micros(300)); // first bucket
+        m.batch_apply.observe(Duration::from_millis(20)); // le=0.025
+        m.batch_apply.observe(Duration::from_secs(10)); // only +Inf
+        let text = m.render(Some(2), Some(5));
+        assert!(text.contains("# TYPE toolstream_chunks_in_total counter\n"));
+        assert!(text.contains("\ntoolstream_chunks_in_total 7\n"));
+        assert!(text.contains("\ntoolstream_events_out_total 3\n"));
+        assert!(text.contains("\ntoolstream_open_streams 2\n"));
+        assert!(text.contains("\ntoolstream_outbox_depth 5\n"));
+        assert!(text.contains("toolstream_batch_apply_seconds_bucket{le=\"0.0005\"} 1\n"));
+        assert!(text.contains("toolstream_batch_apply_seconds_bucket{le=\"0.01\"} 1\n"));
+        assert!(text.contains("toolstream_batch_apply_seconds_bucket{le=\"0.025\"} 2\n"));
+        assert!(text.contains("toolstream_batch_apply_seconds_bucket{le=\"2.5\"} 2\n"));
+        assert!(text.contains("toolstream_batch_apply_seconds_bucket{le=\"+Inf\"} 3\n"));
+        assert!(text.contains("toolstream_batch_apply_seconds_count 3\n"));
+        assert!(text.contains("toolstream_batch_flush_seconds_count 0\n"));
+    }
+
+    #[test]
+    fn unreadable_store_gauges_are_left_out_not_reported_as_zero() {
+        let text = Metrics::default().render(None, None);
+        assert!(!text.contains("toolstream_open_streams"));
+        assert!(!text.contains("toolstream_outbox_depth"));
+        assert!(text.contains("toolstream_dead_letters_total 0"));
+    }
+
+    #[test]
+    fn every_sample_line_belongs_to_a_declared_family() {
+        let text = Metrics::default().render(Some(0), Some(0));
+        let mut declared = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                declared.push(rest.split(' ').next().unwrap_or_default().to_string());
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap_or_default();
+                assert!(
+                    declared.iter().any(|d| name == d
+                        || name
+                            .strip_prefix(d.as_str())
+                            .is_some_and(|s| { ["_bucket", "_sum", "_count"].contains(&s) })),
+                    "sample {line:?} has no # TYPE"
+                );
+            }
+        }
     }
 }

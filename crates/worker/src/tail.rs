@@ -1,0 +1,215 @@
+//! `toolstream tail`: prints toolstream's events as JSON lines, one per event, as a UI would
+//! receive them on `<prefix>.events.<conv or *>.>`.
+//!
+//! Live by default (a core subscription: only events published from now on). With
+//! `--from-start`, an ordered JetStream consumer on the events stream replays what is stored
+//! first, so nothing published before `tail` started is missed (the quickstart uses this).
+//! `--count N` exits successfully after N events; `--timeout D` bounds the wait (a failure if
+//! `--count` was not reached, success otherwise).
+
+use anyhow::{bail, Context};
+use futures::StreamExt;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Arguments of `toolstream tail`.
+#[derive(Debug, clap::Args)]
+pub struct TailArgs {
+    /// NATS server URL.
+    #[arg(
+        long,
+        env = "TOOLSTREAM_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub nats_url: String,
+    /// Subject prefix (the worker's `subject_prefix`).
+    #[arg(long, env = "TOOLSTREAM_SUBJECT_PREFIX", default_value = "toolstream")]
+    pub subject_prefix: String,
+    /// Only this conversation's events (default: every conversation).
+    #[arg(long)]
+    pub conversation: Option<String>,
+    /// Replay the events already stored in the events stream before following new ones.
+    #[arg(long)]
+    pub from_start: bool,
+    /// Exit after this many events.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Give up after this long (`500ms`, `30s`, `2m`; a bare number is seconds).
+    #[arg(long, value_parser = parse_timeout)]
+    pub timeout: Option<Duration>,
+}
+
+/// Parses `500ms`, `30s`, `2m`, `1h` or bare seconds.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?} (e.g. 500ms, 30s, 2m)"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
+        _ => Err(format!("invalid duration {text:?} (e.g. 500ms, 30s, 2m)")),
+    }
+}
+
+/// How a tail ended.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailEnd {
+    /// `--count` events were printed.
+    CountReached,
+    /// The timeout passed (with this many events printed).
+    TimedOut(u64),
+    /// The subscription closed (connection gone for good).
+    Closed(u64),
+}
+
+/// Runs the command.
+pub fn main(args: TailArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let end = runtime.block_on(run(&args))?;
+    match (end, args.count) {
+        (TailEnd::CountReached, _) => Ok(ExitCode::SUCCESS),
+        (TailEnd::TimedOut(_), None) => Ok(ExitCode::SUCCESS),
+        (TailEnd::TimedOut(seen), Some(want)) => bail!(
+            "timed out after {:?} with {seen} of {want} events",
+            args.timeout.unwrap_or_default()
+        ),
+        (TailEnd::Closed(seen), _) => bail!("the event subscription closed after {seen} events"),
+    }
+}
+
+/// The filter subject: `<prefix>.events.<conv or *>.>`.
+fn filter(args: &TailArgs) -> anyhow::Result<String> {
+    let conv = match &args.conversation {
+        Some(c) if c.is_empty() || c.contains(['.', '*', '>', ' ']) => {
+            bail!("--conversation {c:?} is not a valid subject token")
+        }
+        Some(c) => c.as_str(),
+        None => "*",
+    };
+    Ok(format!("{}.events.{conv}.>", args.subject_prefix))
+}
+
+/// A source of event payloads: live subscription or ordered consumer.
+enum Source {
+    Live(async_nats::Subscriber),
+    Stored(async_nats::jetstream::consumer::pull::Ordered),
+}
+
+impl Source {
+    /// The next payload, `None` when the source closed.
+    async fn next(&mut self) -> Option<anyhow::Result<bytes::Bytes>> {
+        match self {
+            Source::Live(sub) => sub.next().await.map(|m| Ok(m.payload)),
+            Source::Stored(msgs) => msgs.next().await.map(|r| {
+                r.map(|m| m.message.payload.clone())
+                    .map_err(|e| anyhow::anyhow!("reading the events stream: {e}"))
+            }),
+        }
+    }
+}
+
+async fn run(args: &TailArgs) -> anyhow::Result<TailEnd> {
+    let subject = filter(args)?;
+    let client = async_nats::connect(&args.nats_url)
+        .await
+        .with_context(|| format!("connecting to NATS at {}", args.nats_url))?;
+    let mut source = if args.from_start {
+        let js = async_nats::jetstream::new(client.clone());
+        let stream_name = js.stream_by_subject(subject.clone()).await.with_context(|| {
+            format!("no JetStream stream holds {subject}: has `toolstream run` started against this server?")
+        })?;
+        let stream = js
+            .get_stream(&stream_name)
+            .await
+            .with_context(|| format!("opening stream {stream_name}"))?;
+        let consumer = stream
+            .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+                filter_subject: subject.clone(),
+                deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("creating an ordered consumer on {stream_name}"))?;
+        Source::Stored(
+            consumer
+                .messages()
+                .await
+                .context("reading the events stream")?,
+        )
+    } else {
+        Source::Live(
+            client
+                .subscribe(subject.clone())
+                .await
+                .with_context(|| format!("subscribing to {subject}"))?,
+        )
+    };
+    eprintln!("toolstream tail: following {subject}");
+    let deadline = args.timeout.map(|t| Instant::now() + t);
+    let mut seen = 0u64;
+    let stdout = std::io::stdout();
+    loop {
+        if args.count.is_some_and(|want| seen >= want) {
+            return Ok(TailEnd::CountReached);
+        }
+        let next = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, source.next()).await {
+                Ok(n) => n,
+                Err(_) => return Ok(TailEnd::TimedOut(seen)),
+            },
+            None => source.next().await,
+        };
+        let payload = match next {
+            Some(p) => p?,
+            None => return Ok(TailEnd::Closed(seen)),
+        };
+        let mut out = stdout.lock();
+        out.write_all(&payload).context("writing to stdout")?;
+        out.write_all(b"\n").context("writing to stdout")?;
+        out.flush().context("writing to stdout")?;
+        seen += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(conv: Option<&str>) -> TailArgs {
+        TailArgs {
+            nats_url: String::new(),
+            subject_prefix: "toolstream".into(),
+            conversation: conv.map(String::from),
+            from_start: false,
+            count: None,
+            timeout: None,
+        }
+    }
+
+    #[test]
+    fn filter_covers_one_or_every_conversation() {
+        assert_eq!(filter(&args(None)).unwrap(), "toolstream.events.*.>");
+        assert_eq!(filter(&args(Some("c1"))).unwrap(), "toolstream.events.c1.>");
+        assert!(filter(&args(Some("a.b"))).is_err());
+    }
+
+    #[test]
+    fn timeouts_take_units_or_bare_seconds() {
+        assert_eq!(parse_timeout("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_timeout("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_timeout("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_timeout("soon").is_err());
+        assert!(parse_timeout("5x").is_err());
+    }
+}
