@@ -285,9 +285,24 @@ fn skip_whitespace(input: &[u8], mut pos: usize) -> usize {
     pos
 }
 
-/// End (exclusive) of the element starting at `pos`: its brackets balanced outside strings,
-/// stopping at a top-level `,` or `]`.
+/// End (exclusive) of the element starting at `pos`: a container ends at its matching
+/// bracket and a string at its closing quote (both outside strings), any other value at the
+/// next whitespace, `,` or `]`.
 fn element_end(input: &[u8], pos: usize) -> Result<usize, FramingError> {
+    let cut = || FramingError::BadArray {
+        line: line_at(input, pos),
+        problem: "an element is cut off".to_string(),
+    };
+    let first = input.get(pos).copied().ok_or_else(cut)?;
+    if !matches!(first, b'{' | b'[' | b'"') {
+        let len = input
+            .get(pos..)
+            .unwrap_or_default()
+            .iter()
+            .position(|b| b.is_ascii_whitespace() || *b == b',' || *b == b']')
+            .ok_or_else(cut)?;
+        return Ok(pos + len);
+    }
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
@@ -304,17 +319,16 @@ fn element_end(input: &[u8], pos: usize) -> Result<usize, FramingError> {
             match b {
                 b'"' => in_string = true,
                 b'{' | b'[' => depth += 1,
-                b'}' | b']' if depth > 0 => depth -= 1,
-                b',' | b']' if depth == 0 => return Ok(i),
+                b'}' | b']' => depth = depth.saturating_sub(1),
                 _ => {}
             }
         }
         i += 1;
+        if depth == 0 && !in_string {
+            return Ok(i);
+        }
     }
-    Err(FramingError::BadArray {
-        line: line_at(input, pos),
-        problem: "an element is cut off".to_string(),
-    })
+    Err(cut())
 }
 
 /// 1-based line number of byte `pos` (CRLF, LF and CR each end a line).

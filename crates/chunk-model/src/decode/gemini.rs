@@ -38,6 +38,7 @@ use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue
 use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
 use crate::decode::typed::parse;
 use crate::error::DecodeError;
+use crate::framing::{self, Framing};
 use crate::provider::Provider;
 
 /// Metadata key under which a part's `thoughtSignature` is kept verbatim.
@@ -129,16 +130,49 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 /// array of them.
 pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     let mut out = Vec::new();
-    if chunk.first() == Some(&b'[') {
-        let responses: Vec<Response<'_>> = parse(Provider::Gemini, chunk)?;
-        for (i, response) in responses.into_iter().enumerate() {
-            decode_response(response, &format!("[{i}]."), chunk, &mut out)?;
-        }
-    } else {
+    if chunk.first() != Some(&b'[') {
         let response: Response<'_> = parse(Provider::Gemini, chunk)?;
         decode_response(response, "", chunk, &mut out)?;
+        return Ok(out);
+    }
+    // A whole non-SSE stream: split the array into its elements (exact bytes), decode each.
+    let elements = match framing::split_as(Framing::JsonArray, chunk) {
+        Ok(elements) => elements,
+        Err(framing_error) => {
+            return Err(match serde_json::from_slice::<IgnoredAny>(chunk) {
+                Err(e) => DecodeError::not_json(Provider::Gemini, &e, chunk),
+                Ok(_) => {
+                    DecodeError::bad_field(Provider::Gemini, "$", framing_error.to_string(), chunk)
+                }
+            })
+        }
+    };
+    for (i, element) in elements.iter().enumerate() {
+        let prefix = format!("[{i}]");
+        let response: Response<'_> =
+            parse(Provider::Gemini, &element.data).map_err(|e| under(&prefix, e, chunk))?;
+        decode_response(response, &format!("{prefix}."), chunk, &mut out)?;
     }
     Ok(out)
+}
+
+/// Re-roots an element's error under its array position, with the whole chunk's excerpt.
+fn under(prefix: &str, error: DecodeError, chunk: &[u8]) -> DecodeError {
+    match error {
+        DecodeError::BadField {
+            provider,
+            field,
+            problem,
+            ..
+        } => {
+            let field = match field.as_str() {
+                "$" => prefix.to_string(),
+                _ => format!("{prefix}.{field}"),
+            };
+            DecodeError::bad_field(provider, field, problem, chunk)
+        }
+        other => other,
+    }
 }
 
 /// Appends the events of one response; `prefix` is its JSON path prefix for errors.

@@ -1,0 +1,346 @@
+//! Decoder tests for Anthropic Messages streaming: one test per stream quirk, named for it,
+//! on recorded streams (`tests/recordings/anthropic/`, SSE with `event:` lines) and single
+//! chunks, plus no-panic property tests.
+
+mod streams;
+
+use chunk_model::{ChunkEvent, DecodeError, Finish, Provider};
+use proptest::prelude::*;
+use streams::*;
+
+const P: Provider = Provider::Anthropic;
+
+#[test]
+fn single_call_recording_decodes_to_start_deltas_and_ends() {
+    let events = decode_recording(P, "anthropic/single_call.sse");
+    assert_eq!(
+        events,
+        vec![
+            end(idx(0), None, None), // the text block stops too
+            frag(
+                idx_id(1, "toolu_01T1x1fJ34qAmk2tNTrN7Up6"),
+                Some("get_weather"),
+                None
+            ),
+            frag(idx(1), None, Some("")),
+            frag(idx(1), None, Some(r#"{"location": "San Fra"#)),
+            frag(idx(1), None, Some(r#"ncisco, CA", "unit": "fahrenheit"}"#)),
+            end(idx(1), None, None),
+            msg_end(Finish::Complete, "tool_use"),
+            ChunkEvent::StreamEnd,
+        ]
+    );
+    let args: serde_json::Value = serde_json::from_str(&text_at(&events, 1)).unwrap();
+    assert_eq!(args["location"], "San Francisco, CA");
+}
+
+#[test]
+fn ping_anywhere_decodes_to_nothing() {
+    assert_eq!(ok(P, r#"{"type": "ping"}"#), vec![]);
+    assert_eq!(ok(P, r#"{"type":"ping","extra":{"nested":[1,2]}}"#), vec![]);
+    // Pings between the deltas of a call do not disturb its text.
+    let events = decode_recording(P, "anthropic/single_call.sse");
+    assert_eq!(
+        text_at(&events, 1),
+        r#"{"location": "San Francisco, CA", "unit": "fahrenheit"}"#
+    );
+}
+
+#[test]
+fn first_partial_json_is_empty_string_and_is_kept_as_empty_fragment() {
+    let chunk = r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}"#;
+    assert_eq!(ok(P, chunk), vec![frag(idx(1), None, Some(""))]);
+}
+
+#[test]
+fn tool_with_no_deltas_at_all_is_a_start_and_an_end() {
+    let events = decode_recording(P, "anthropic/tool_without_input.sse");
+    assert_eq!(
+        events,
+        vec![
+            frag(
+                idx_id(0, "toolu_01Nn4kVb8Zt2Hs6Qy9Rm1Wc5"),
+                Some("get_current_time"),
+                None
+            ),
+            end(idx(0), None, None),
+            msg_end(Finish::Complete, "tool_use"),
+            ChunkEvent::StreamEnd,
+        ]
+    );
+    assert_eq!(text_at(&events, 0), "", "empty text: `{{}}` downstream");
+}
+
+#[test]
+fn start_block_input_object_is_ignored_in_favour_of_deltas() {
+    let chunk = r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_X","name":"f","input":{"a":1}}}"#;
+    assert_eq!(
+        ok(P, chunk),
+        vec![frag(idx_id(2, "toolu_X"), Some("f"), None)]
+    );
+}
+
+#[test]
+fn max_tokens_cut_without_content_block_stop_gives_truncated_end_and_no_call_end() {
+    let events = decode_recording(P, "anthropic/truncated_max_tokens.sse");
+    assert!(
+        !events.iter().any(|e| matches!(e, ChunkEvent::CallEnd(_))),
+        "no content_block_stop arrived: {events:?}"
+    );
+    assert_eq!(
+        events[events.len() - 2..],
+        [
+            msg_end(Finish::Truncated, "max_tokens"),
+            ChunkEvent::StreamEnd
+        ]
+    );
+    assert_eq!(
+        text_at(&events, 0),
+        r##"{"path": "notes.md", "content": "# Notes\n\nThe first section covers"##
+    );
+}
+
+#[test]
+fn parallel_tool_use_blocks_keep_their_own_index_id_and_text() {
+    let events = decode_recording(P, "anthropic/parallel_calls.sse");
+    let starts: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ChunkEvent::CallFragment(f) if f.name.is_some() => {
+                Some((f.at.index, f.at.wire_id.clone(), f.name.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        starts,
+        vec![
+            (
+                Some(0),
+                Some("toolu_01A09q90qw90lq917835lq9a".to_string()),
+                Some("get_weather".to_string())
+            ),
+            (
+                Some(1),
+                Some("toolu_01B7zX2mQp4Rk8sLd3Vn6Wy1".to_string()),
+                Some("get_time".to_string())
+            ),
+        ]
+    );
+    assert_eq!(text_at(&events, 0), r#"{"location": "Paris"}"#);
+    assert_eq!(text_at(&events, 1), r#"{"timezone": "Europe/Paris"}"#);
+    let ends: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ChunkEvent::CallEnd(c) => c.at.index,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends, vec![0, 1]);
+}
+
+#[test]
+fn thinking_block_with_signature_before_the_tool_block_yields_only_its_stop() {
+    let events = decode_recording(P, "anthropic/thinking_then_tool.sse");
+    assert_eq!(
+        events,
+        vec![
+            end(idx(0), None, None),
+            frag(
+                idx_id(1, "toolu_01Cv6Jm2Sx9Pq4Fz8Kt3Hn7D"),
+                Some("get_quote"),
+                None
+            ),
+            frag(idx(1), None, Some("")),
+            frag(idx(1), None, Some(r#"{"ticker":"ACME"}"#)),
+            end(idx(1), None, None),
+            msg_end(Finish::Complete, "tool_use"),
+            ChunkEvent::StreamEnd,
+        ]
+    );
+}
+
+#[test]
+fn server_tool_use_block_is_a_call() {
+    let chunk = r#"{"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use","id":"srvtoolu_014hJH82Qum7Td6UV8gDXThB","name":"web_search","input":{}}}"#;
+    assert_eq!(
+        ok(P, chunk),
+        vec![frag(
+            idx_id(1, "srvtoolu_014hJH82Qum7Td6UV8gDXThB"),
+            Some("web_search"),
+            None
+        )]
+    );
+}
+
+#[test]
+fn text_block_start_and_text_deltas_decode_to_nothing() {
+    assert_eq!(
+        ok(
+            P,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#
+        ),
+        vec![]
+    );
+    assert_eq!(
+        ok(
+            P,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#
+        ),
+        vec![]
+    );
+    assert_eq!(
+        ok(
+            P,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"type":"char_location"}}}"#
+        ),
+        vec![]
+    );
+}
+
+#[test]
+fn blank_tool_id_and_name_are_absent() {
+    let chunk = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"","name":"  ","input":{}}}"#;
+    assert_eq!(ok(P, chunk), vec![frag(idx(0), None, None)]);
+}
+
+#[test]
+fn stop_reasons_map_to_finish() {
+    for (reason, finish) in [
+        ("end_turn", Finish::Complete),
+        ("tool_use", Finish::Complete),
+        ("stop_sequence", Finish::Complete),
+        ("pause_turn", Finish::Complete),
+        ("max_tokens", Finish::Truncated),
+        ("refusal", Finish::Filtered),
+        ("some_future_reason", Finish::Complete),
+    ] {
+        let chunk = format!(
+            r#"{{"type":"message_delta","delta":{{"stop_reason":"{reason}","stop_sequence":null}},"usage":{{"output_tokens":3}}}}"#
+        );
+        assert_eq!(ok(P, &chunk), vec![msg_end(finish, reason)], "{reason}");
+    }
+}
+
+#[test]
+fn message_delta_without_stop_reason_decodes_to_nothing() {
+    let chunk =
+        r#"{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":3}}"#;
+    assert_eq!(ok(P, chunk), vec![]);
+}
+
+#[test]
+fn error_event_mid_stream_is_a_provider_error() {
+    let events = decode_recording(P, "anthropic/overloaded_error.sse");
+    assert_eq!(
+        events.last(),
+        Some(&ChunkEvent::ProviderError {
+            message: "overloaded_error: Overloaded".to_string()
+        })
+    );
+}
+
+#[test]
+fn message_start_and_unknown_event_types_decode_to_nothing() {
+    assert_eq!(
+        ok(
+            P,
+            r#"{"type":"message_start","message":{"id":"msg_1","content":[],"stop_reason":null}}"#
+        ),
+        vec![]
+    );
+    // An event type added later, with fields shaped unlike anything known.
+    assert_eq!(
+        ok(
+            P,
+            r#"{"type":"content_block_annotation","index":"zero","delta":[1,2]}"#
+        ),
+        vec![]
+    );
+}
+
+#[test]
+fn unknown_fields_everywhere_are_ignored() {
+    let chunk = r#"{"type":"content_block_delta","index":3,"new_top":{"x":1},"delta":{"type":"input_json_delta","partial_json":"{}","new_inner":[null]}}"#;
+    assert_eq!(ok(P, chunk), vec![frag(idx(3), None, Some("{}"))]);
+}
+
+#[test]
+fn non_json_chunk_is_a_not_json_error_naming_anthropic() {
+    let e = err(P, "{\"type\":\"content_block_delta\",");
+    assert!(matches!(e, DecodeError::NotJson { .. }), "{e:?}");
+    assert_eq!(e.provider(), Some(P));
+}
+
+#[test]
+fn negative_index_is_a_bad_field_naming_index() {
+    let e = err(P, r#"{"type":"content_block_stop","index":-1}"#);
+    assert_eq!(bad_field(&e), "index");
+}
+
+#[test]
+fn partial_json_that_is_not_a_string_is_a_bad_field_naming_its_path() {
+    let e = err(
+        P,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":{"a":1}}}"#,
+    );
+    assert_eq!(bad_field(&e), "delta.partial_json");
+}
+
+#[test]
+fn block_stop_without_index_is_a_bad_field() {
+    let e = err(P, r#"{"type":"content_block_stop"}"#);
+    assert_eq!(bad_field(&e), "index");
+}
+
+#[test]
+fn top_level_array_is_a_bad_field_at_the_root() {
+    let e = err(P, r#"[{"type":"ping"}]"#);
+    assert_eq!(bad_field(&e), "$");
+}
+
+const KEYS: &[&str] = &[
+    "type",
+    "index",
+    "content_block",
+    "delta",
+    "id",
+    "name",
+    "input",
+    "partial_json",
+    "stop_reason",
+    "error",
+    "message",
+    "text",
+];
+const WORDS: &[&str] = &[
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "message_start",
+    "error",
+    "ping",
+    "tool_use",
+    "server_tool_use",
+    "input_json_delta",
+    "text_delta",
+    "max_tokens",
+];
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = chunk_model::decode(P, &bytes);
+    }
+
+    #[test]
+    fn arbitrary_json_values_never_panic(value in arb_json(KEYS, WORDS)) {
+        let text = value.to_string();
+        match chunk_model::decode(P, text.as_bytes()) {
+            Ok(_) => {}
+            Err(e) => prop_assert_eq!(e.provider(), Some(P)),
+        }
+    }
+}
