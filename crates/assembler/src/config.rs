@@ -1,0 +1,41 @@
+//! The assembler's typed configuration: limits and timeouts, with documented defaults.
+
+use serde::{Deserialize, Serialize};
+
+/// Limits and timeouts of the assembler. Every field has a default; unknown fields are an
+/// error so that a misspelt setting is noticed instead of silently ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Largest argument text of one call, in bytes (default 8 MiB). A fragment that would
+    /// exceed it ends *that* call `invalid` with reason `argument_limit`; the text assembled so
+    /// far is kept.
+    pub max_argument_bytes: usize,
+    /// Most calls one message may hold (default 256). Further calls end `invalid` with reason
+    /// `call_limit` as soon as they appear; their argument text is not stored.
+    pub max_calls_per_message: usize,
+    /// Most chunk streams open at once (default 100,000). A chunk that would open one more is
+    /// dead-lettered with reason `open_stream_limit`.
+    pub max_open_streams: usize,
+    /// A stream with no input for this long is ended: open calls `abandoned` (`timeout`).
+    pub idle_timeout_ms: u64,
+    /// A sequence gap not filled this long after the first chunk was parked behind it ends
+    /// the stream: open calls `abandoned` (`gap`), parked chunks discarded.
+    pub gap_timeout_ms: u64,
+    /// A tool result whose call has not appeared this long after the result arrived becomes
+    /// `tool_result.orphaned`.
+    pub orphan_grace_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            max_argument_bytes: 8 * 1024 * 1024,
+            max_calls_per_message: 256,
+            max_open_streams: 100_000,
+            idle_timeout_ms: 300_000,
+            gap_timeout_ms: 30_000,
+            orphan_grace_ms: 600_000,
+        }
+    }
+}

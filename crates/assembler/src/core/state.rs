@@ -1,0 +1,165 @@
+//! The assembly state of one message and its calls.
+
+use chunk_model::{CallStatus, PathValue, Provider, ToolResult};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Limits the core enforces (a copy of the relevant [`crate::Config`] fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest argument text of one call, in bytes.
+    pub max_argument_bytes: usize,
+    /// Most calls per message.
+    pub max_calls_per_message: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        let c = crate::Config::default();
+        Limits {
+            max_argument_bytes: c.max_argument_bytes,
+            max_calls_per_message: c.max_calls_per_message,
+        }
+    }
+}
+
+/// Where a message stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessagePhase {
+    /// Chunks may still change calls.
+    Open,
+    /// An end was seen (finish, `[DONE]`, error, timeout); every call is terminal, and
+    /// `message.completed` has not been emitted yet (transient within one step).
+    Ended,
+    /// `message.completed` was emitted; nothing changes the calls any more.
+    Completed,
+}
+
+/// One call being assembled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallState {
+    /// The provider's call id, once seen (never blank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_id: Option<String>,
+    /// The provider's index of the call (block index, output index, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_index: Option<u32>,
+    /// A block/item id later fragments may be keyed by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_id: Option<String>,
+    /// The consumer-facing id, fixed when `tool_call.started` (or the terminal event) is
+    /// emitted: the wire id, else a synthetic id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The function name, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The argument text assembled so far (kept in memory; stored as pieces, see
+    /// [`crate::core::ArgOp`]).
+    #[serde(skip)]
+    pub args: String,
+    /// Number of stored argument pieces.
+    #[serde(default)]
+    pub pieces: u32,
+    /// Structured argument pieces (Vertex `partialArgs`), in arrival order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path_values: Vec<PathValue>,
+    /// Provider metadata, merged.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
+    /// Lifecycle status.
+    pub status: CallStatus,
+    /// Why `invalid`/`abandoned`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Whether `tool_call.started` was emitted.
+    #[serde(default)]
+    pub started: bool,
+    /// Parsed arguments of a completed call.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub arguments: Value,
+}
+
+impl CallState {
+    /// A new, streaming call with no facts yet.
+    pub fn new() -> CallState {
+        CallState {
+            wire_id: None,
+            wire_index: None,
+            item_id: None,
+            id: None,
+            name: None,
+            args: String::new(),
+            pieces: 0,
+            path_values: Vec::new(),
+            metadata: Map::new(),
+            status: CallStatus::Streaming,
+            reason: None,
+            started: false,
+            arguments: Value::Null,
+        }
+    }
+
+    /// Whether no further fragment can change the call.
+    pub fn is_terminal(&self) -> bool {
+        self.status.is_terminal()
+    }
+}
+
+impl Default for CallState {
+    fn default() -> CallState {
+        CallState::new()
+    }
+}
+
+/// Everything known about one message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageState {
+    /// From the subject.
+    pub conversation_id: String,
+    /// From the subject.
+    pub message_id: String,
+    /// The stream format, once known.
+    #[serde(default)]
+    pub provider: Option<Provider>,
+    /// Position of the message in its conversation (first-seen order).
+    #[serde(default)]
+    pub order: u64,
+    /// Open, ended or completed.
+    pub phase: MessagePhase,
+    /// The finish reason once ended (the provider's, or `timeout`, `gap`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// The calls, by 0-based position (the `index` consumers see).
+    #[serde(default)]
+    pub calls: Vec<CallState>,
+    /// Results matched to this message's calls, in match order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_results: Vec<ToolResult>,
+    /// Results on this message's results subject that never matched a call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orphaned_results: Vec<ToolResult>,
+}
+
+impl MessageState {
+    /// A new, open message with no calls.
+    pub fn new(conv: &str, msg: &str, provider: Option<Provider>, order: u64) -> MessageState {
+        MessageState {
+            conversation_id: conv.to_string(),
+            message_id: msg.to_string(),
+            provider,
+            order,
+            phase: MessagePhase::Open,
+            finish_reason: None,
+            calls: Vec::new(),
+            tool_results: Vec::new(),
+            orphaned_results: Vec::new(),
+        }
+    }
+
+    /// Whether the message still accepts call fragments.
+    pub fn is_open(&self) -> bool {
+        self.phase == MessagePhase::Open
+    }
+}

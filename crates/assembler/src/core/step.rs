@@ -1,0 +1,311 @@
+//! Applying one normalized chunk event to a message: identity matching, appending, ends and
+//! limits (design.md "Identity and completion rules").
+//!
+//! Matching: by wire id, then provider index, then item id; blank strings are absent. The
+//! same index with a new non-empty wire id starts a new call. A fragment with no reference at
+//! all continues the latest open call. A call end with no reference ends the latest open
+//! call, or starts a new whole call when the latest one has ended (Gemini). A whole-call end
+//! (one that names the function) matched to an already ended call only by index or item id
+//! is a new call; any other end of an ended call is a second end and changes nothing. Once the
+//! message has ended, call statements change nothing.
+
+use super::emit;
+use super::end::{emit_started, end_call, end_message, EndHow};
+use super::state::{CallState, Limits, MessageState};
+use crate::input::Control;
+use chunk_model::{CallEnd, CallFragment, CallRef, ChunkEvent, Event, Finish, ResultInput};
+use serde_json::{Map, Value};
+
+/// A write of argument text the store must persist (the core keeps the text in memory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgOp {
+    /// Append `text` as piece number `piece` of call `call`.
+    Append {
+        /// Call position.
+        call: u32,
+        /// Piece number (0-based, consecutive).
+        piece: u32,
+        /// The text.
+        text: String,
+    },
+    /// Replace the call's `old_pieces` pieces with one piece (number 0) holding `text`.
+    Replace {
+        /// Call position.
+        call: u32,
+        /// How many pieces were stored before.
+        old_pieces: u32,
+        /// The complete text.
+        text: String,
+    },
+}
+
+/// What one step caused.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepOutput {
+    /// Events, in order.
+    pub events: Vec<Event>,
+    /// Argument writes, in order.
+    pub arg_ops: Vec<ArgOp>,
+    /// Calls whose consumer-facing id was fixed (results may now match them).
+    pub registered: Vec<u32>,
+    /// Tool results carried inside the call stream (AI SDK `tool-result`).
+    pub results: Vec<ResultInput>,
+}
+
+impl StepOutput {
+    /// Appends an event when there is one.
+    pub fn push_event(&mut self, ev: Option<Event>) {
+        if let Some(ev) = ev {
+            self.events.push(ev);
+        }
+    }
+
+    /// Empties every list, keeping allocations.
+    pub fn clear(&mut self) {
+        self.events.clear();
+        self.arg_ops.clear();
+        self.registered.clear();
+        self.results.clear();
+    }
+}
+
+/// How a reference matched a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum By {
+    WireId,
+    Index,
+    ItemId,
+}
+
+fn present(s: &Option<String>) -> Option<&str> {
+    s.as_deref().filter(|t| !t.trim().is_empty())
+}
+
+fn has_refs(at: &CallRef) -> bool {
+    present(&at.wire_id).is_some() || at.index.is_some() || present(&at.item_id).is_some()
+}
+
+/// Finds the newest call matching `at` by wire id, then index, then item id.
+fn find(msg: &MessageState, at: &CallRef) -> Option<(usize, By)> {
+    if let Some(w) = present(&at.wire_id) {
+        if let Some(p) = msg
+            .calls
+            .iter()
+            .rposition(|c| c.wire_id.as_deref() == Some(w))
+        {
+            return Some((p, By::WireId));
+        }
+    }
+    if let Some(i) = at.index {
+        if let Some(p) = msg.calls.iter().rposition(|c| c.wire_index == Some(i)) {
+            return Some((p, By::Index));
+        }
+    }
+    if let Some(it) = present(&at.item_id) {
+        if let Some(p) = msg
+            .calls
+            .iter()
+            .rposition(|c| c.item_id.as_deref() == Some(it))
+        {
+            return Some((p, By::ItemId));
+        }
+    }
+    None
+}
+
+/// Whether `at` names a wire id different from the call's own (a new call at the same index).
+fn other_wire_id(msg: &MessageState, pos: usize, at: &CallRef) -> bool {
+    match (
+        present(&at.wire_id),
+        msg.calls.get(pos).and_then(|c| c.wire_id.as_deref()),
+    ) {
+        (Some(new), Some(old)) => new != old,
+        _ => false,
+    }
+}
+
+fn latest_open(msg: &MessageState) -> Option<usize> {
+    match msg.calls.last() {
+        Some(c) if !c.is_terminal() => Some(msg.calls.len() - 1),
+        _ => None,
+    }
+}
+
+fn new_call(msg: &mut MessageState, at: &CallRef) -> usize {
+    let mut call = CallState::new();
+    call.wire_id = present(&at.wire_id).map(str::to_string);
+    call.wire_index = at.index;
+    call.item_id = present(&at.item_id).map(str::to_string);
+    msg.calls.push(call);
+    msg.calls.len() - 1
+}
+
+/// Copies the facts of a reference, name and metadata onto a call (never overwriting an id or
+/// name it already has).
+fn learn(call: &mut CallState, at: &CallRef, name: Option<&str>, metadata: Map<String, Value>) {
+    if call.wire_id.is_none() {
+        call.wire_id = present(&at.wire_id).map(str::to_string);
+    }
+    if call.wire_index.is_none() {
+        call.wire_index = at.index;
+    }
+    if call.item_id.is_none() {
+        call.item_id = present(&at.item_id).map(str::to_string);
+    }
+    if call.name.is_none() {
+        call.name = name.filter(|n| !n.trim().is_empty()).map(str::to_string);
+    }
+    for (k, v) in metadata {
+        call.metadata.insert(k, v);
+    }
+}
+
+/// Applies one chunk event to `msg`, appending what it caused to `out`. Does not emit
+/// `message.completed`: call [`super::complete_if_done`] after the step (and after matching
+/// results), so that the completed message lists them.
+pub fn step(msg: &mut MessageState, ev: ChunkEvent, limits: &Limits, out: &mut StepOutput) {
+    match ev {
+        ChunkEvent::CallFragment(f) => fragment(msg, f, limits, out),
+        ChunkEvent::CallEnd(e) => call_end(msg, e, limits, out),
+        ChunkEvent::MessageEnd { finish, reason } => {
+            let how = match finish {
+                Finish::Complete => EndHow::Judge,
+                Finish::Truncated => EndHow::Invalid("truncated".to_string()),
+                Finish::Filtered => EndHow::Abandon("filtered".to_string()),
+                Finish::Error => EndHow::Abandon("provider_error".to_string()),
+            };
+            let reason = if reason.trim().is_empty() {
+                "stop"
+            } else {
+                reason.as_str()
+            };
+            end_message(msg, reason, how, out);
+        }
+        ChunkEvent::StreamEnd => end_message(msg, "stream_end", EndHow::Judge, out),
+        ChunkEvent::ProviderError { .. } => end_message(
+            msg,
+            "provider_error",
+            EndHow::Abandon("provider_error".to_string()),
+            out,
+        ),
+        ChunkEvent::ToolResult(r) => out.results.push(r),
+    }
+}
+
+/// Applies an explicit stream end (`Toolstream-Control`).
+pub fn control(msg: &mut MessageState, control: &Control, out: &mut StepOutput) {
+    match control {
+        Control::End => end_message(
+            msg,
+            "control_end",
+            EndHow::Abandon("stream_ended".to_string()),
+            out,
+        ),
+        Control::Error(_) => end_message(
+            msg,
+            "control_error",
+            EndHow::Abandon("stream_error".to_string()),
+            out,
+        ),
+    }
+}
+
+fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut StepOutput) {
+    if !msg.is_open() {
+        return;
+    }
+    let pos = match find(msg, &f.at) {
+        Some((p, By::Index | By::ItemId)) if other_wire_id(msg, p, &f.at) => new_call(msg, &f.at),
+        Some((p, _)) => p,
+        None if !has_refs(&f.at) => match latest_open(msg) {
+            Some(p) => p,
+            None => new_call(msg, &f.at),
+        },
+        None => new_call(msg, &f.at),
+    };
+    let Some(call) = msg.calls.get_mut(pos) else {
+        return;
+    };
+    if call.is_terminal() {
+        return;
+    }
+    learn(call, &f.at, f.name.as_deref(), f.metadata);
+    if pos >= limits.max_calls_per_message {
+        end_call(msg, pos, EndHow::Limit("call_limit".to_string()), out);
+        return;
+    }
+    emit_started(msg, pos, out);
+    let Some(call) = msg.calls.get_mut(pos) else {
+        return;
+    };
+    if let Some(text) = f.arguments.filter(|t| !t.is_empty()) {
+        if call.args.len() + text.len() > limits.max_argument_bytes {
+            end_call(msg, pos, EndHow::Limit("argument_limit".to_string()), out);
+            return;
+        }
+        call.args.push_str(&text);
+        out.arg_ops.push(ArgOp::Append {
+            call: pos as u32,
+            piece: call.pieces,
+            text,
+        });
+        call.pieces += 1;
+    }
+    call.path_values.extend(f.path_values);
+}
+
+fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepOutput) {
+    if !msg.is_open() {
+        return;
+    }
+    let found = find(msg, &e.at);
+    let terminal = |p: usize| msg.calls.get(p).is_some_and(|c| c.is_terminal());
+    let pos = match found {
+        Some((p, By::WireId)) if terminal(p) => return,
+        Some((p, By::WireId)) => p,
+        Some((p, _)) if other_wire_id(msg, p, &e.at) => new_call(msg, &e.at),
+        Some((p, _)) if terminal(p) && e.name.is_some() => new_call(msg, &e.at),
+        Some((p, _)) if terminal(p) => return,
+        Some((p, _)) => p,
+        None if !has_refs(&e.at) => match latest_open(msg) {
+            Some(p) => p,
+            None => new_call(msg, &e.at),
+        },
+        None => new_call(msg, &e.at),
+    };
+    let Some(call) = msg.calls.get_mut(pos) else {
+        return;
+    };
+    learn(call, &e.at, e.name.as_deref(), e.metadata);
+    if pos >= limits.max_calls_per_message {
+        end_call(msg, pos, EndHow::Limit("call_limit".to_string()), out);
+        return;
+    }
+    if let Some(text) = e.arguments {
+        if text.len() > limits.max_argument_bytes {
+            end_call(msg, pos, EndHow::Limit("argument_limit".to_string()), out);
+            return;
+        }
+        if text != call.args {
+            out.arg_ops.push(ArgOp::Replace {
+                call: pos as u32,
+                old_pieces: call.pieces,
+                text: text.clone(),
+            });
+            call.pieces = 1;
+            call.args = text;
+        }
+    }
+    end_call(msg, pos, EndHow::Judge, out);
+}
+
+/// Ends the message because of a toolstream decision (idle `timeout`, sequence `gap`): open
+/// calls `abandoned` with `reason`, which is also the finish reason.
+pub fn abandon(msg: &mut MessageState, reason: &str, out: &mut StepOutput) {
+    end_message(msg, reason, EndHow::Abandon(reason.to_string()), out);
+}
+
+/// The canonical call of position `pos`, for snapshots.
+pub fn snapshot_call(msg: &MessageState, pos: usize) -> Option<chunk_model::ToolCall> {
+    msg.calls.get(pos).map(|c| emit::tool_call(msg, pos, c))
+}

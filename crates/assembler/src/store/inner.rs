@@ -1,0 +1,100 @@
+//! The in-memory part of the store: a cache of live streams and messages, the timer
+//! indexes, and counters. Everything here can be rebuilt from storage ([`Inner::load`]).
+
+use super::records::from_bytes;
+use crate::config::Config;
+use crate::core::{Limits, MessageState, PendingResult, StreamState};
+use crate::error::StoreError;
+use crate::keys;
+use crate::storage::{Space, Storage};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Cache, indexes and counters.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    /// The configuration.
+    pub config: Config,
+    /// The limits the core enforces.
+    pub limits: Limits,
+    /// Streams that are open or have parked inputs (plus those touched by the current unit
+    /// of work), by stream key.
+    pub streams: HashMap<Vec<u8>, StreamState>,
+    /// Messages not completed yet (with their argument text), by message key.
+    pub messages: HashMap<Vec<u8>, MessageState>,
+    /// Chunk streams whose message has not completed (idle timer applies).
+    pub open: BTreeSet<Vec<u8>>,
+    /// Streams with parked inputs (gap timer applies).
+    pub gapped: BTreeSet<Vec<u8>>,
+    /// Results waiting for their call: (conversation, call id) → arrival time.
+    pub pending: BTreeMap<(String, String), u64>,
+    /// Next outbox key.
+    pub outbox_next: u64,
+    /// Next message order number.
+    pub order_next: u64,
+    /// The cache may disagree with storage (a commit failed): reload before use.
+    pub stale: bool,
+}
+
+fn read_u64(storage: &dyn Storage, key: &[u8]) -> Result<u64, StoreError> {
+    Ok(storage
+        .get(Space::Meta, key)?
+        .and_then(|v| v.as_slice().try_into().ok().map(u64::from_be_bytes))
+        .unwrap_or(0))
+}
+
+impl Inner {
+    /// Rebuilds the in-memory part from storage.
+    pub fn load(storage: &dyn Storage, config: Config) -> Result<Inner, StoreError> {
+        let mut inner = Inner {
+            limits: Limits {
+                max_argument_bytes: config.max_argument_bytes,
+                max_calls_per_message: config.max_calls_per_message,
+            },
+            config,
+            streams: HashMap::new(),
+            messages: HashMap::new(),
+            open: BTreeSet::new(),
+            gapped: BTreeSet::new(),
+            pending: BTreeMap::new(),
+            outbox_next: 0,
+            order_next: 0,
+            stale: false,
+        };
+        for (k, v) in storage.scan_prefix(Space::Streams, b"")? {
+            let st: StreamState = from_bytes("streams", &v)?;
+            if st.open || !st.parked.is_empty() {
+                inner.index_stream(&k, &st);
+                inner.streams.insert(k, st);
+            }
+        }
+        for (k, v) in storage.scan_prefix(Space::Results, b"p")? {
+            let p: PendingResult = from_bytes("results", &v)?;
+            if let Some(ids) = keys::parse_pending(&k) {
+                inner.pending.insert(ids, p.received_ms);
+            }
+        }
+        // Keys keep increasing across restarts even when every row was removed.
+        let last_row = storage
+            .scan_prefix(Space::Outbox, b"")?
+            .last()
+            .and_then(|(k, _)| keys::outbox_key(k))
+            .map_or(0, |k| k + 1);
+        inner.outbox_next = read_u64(storage, keys::META_OUTBOX_NEXT)?.max(last_row);
+        inner.order_next = read_u64(storage, keys::META_ORDER_NEXT)?;
+        Ok(inner)
+    }
+
+    /// Updates the timer indexes for a stream's current state.
+    pub fn index_stream(&mut self, key: &[u8], st: &StreamState) {
+        if st.open {
+            self.open.insert(key.to_vec());
+        } else {
+            self.open.remove(key);
+        }
+        if st.parked.is_empty() {
+            self.gapped.remove(key);
+        } else {
+            self.gapped.insert(key.to_vec());
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! [`Store`]: the imperative shell around the pure core. It owns the storage, a cache of open
+//! streams and messages, and the counters; every `apply` and every timeout is one atomic
+//! commit (state change + outbox rows + watermark); `flush` is the durability point.
+//!
+//! - [`txn`] — one unit of work: loads state through the cache, collects writes, commits.
+//! - [`apply`] — ordering, decoding, stepping the core, results, dead letters.
+//! - [`tick`] — gap, idle and orphan timeouts.
+//! - [`snapshot`] — what is stored for a message or a conversation.
+//! - [`records`] — stored record forms.
+//! - [`inner`] — the in-memory part: cache, timers index, counters; rebuilt from storage on
+//!   open and after a failed commit.
+
+mod apply;
+mod inner;
+pub mod records;
+mod snapshot;
+mod tick;
+mod txn;
+
+use crate::config::Config;
+use crate::error::StoreError;
+use crate::input::{Applied, Input};
+use crate::keys;
+use crate::outbox::OutboxEntry;
+use crate::storage::memory::MemoryStorage;
+use crate::storage::sled_backend::SledStorage;
+use crate::storage::{Space, Storage};
+use chunk_model::MessageSnapshot;
+use inner::Inner;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The assembler store. Cheap to clone (shared handles); `Send + Sync`. `apply` and `tick`
+/// are serialized internally (one writer); outbox reads and removals run alongside.
+#[derive(Clone)]
+pub struct Store {
+    storage: Arc<dyn Storage>,
+    inner: Arc<Mutex<Inner>>,
+    outbox_len: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("outbox_len", &self.outbox_len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the sled store at `path`, recovering its state: the state of a
+    /// prefix of the inputs applied before the last flush, and every unpublished outbox row.
+    pub fn open(path: &Path, config: Config) -> Result<Store, StoreError> {
+        Store::with_storage(Arc::new(SledStorage::open(path)?), config)
+    }
+
+    /// A sled store in a temporary directory, removed when dropped.
+    pub fn open_temporary(config: Config) -> Result<Store, StoreError> {
+        Store::with_storage(Arc::new(SledStorage::temporary()?), config)
+    }
+
+    /// A store on [`MemoryStorage`] (nothing is durable), for tests and benches.
+    pub fn open_memory(config: Config) -> Result<Store, StoreError> {
+        Store::with_storage(Arc::new(MemoryStorage::new()), config)
+    }
+
+    /// A store on any [`Storage`].
+    pub fn with_storage(storage: Arc<dyn Storage>, config: Config) -> Result<Store, StoreError> {
+        let inner = Inner::load(storage.as_ref(), config)?;
+        let outbox_len = storage.count(Space::Outbox)?;
+        Ok(Store {
+            storage,
+            inner: Arc::new(Mutex::new(inner)),
+            outbox_len: Arc::new(AtomicUsize::new(outbox_len)),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic inside apply cannot leave storage half-written (commits are atomic); the
+        // cache is rebuilt below when it may be stale.
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => {
+                let mut g = poisoned.into_inner();
+                g.stale = true;
+                g
+            }
+        }
+    }
+
+    fn locked(&self) -> Result<MutexGuard<'_, Inner>, StoreError> {
+        let mut g = self.lock();
+        if g.stale {
+            let config = g.config.clone();
+            *g = Inner::load(self.storage.as_ref(), config)?;
+        }
+        Ok(g)
+    }
+
+    /// Applies one input in ONE atomic commit: the state change, the outbox rows for the
+    /// events it caused, and the stream's watermark. Not durable until [`Store::flush`].
+    /// Malformed input is not an error: it is [`Applied::DeadLettered`].
+    pub fn apply(&self, input: &Input<'_>, now_ms: u64) -> Result<Applied, StoreError> {
+        let mut inner = self.locked()?;
+        let storage = self.storage.as_ref();
+        let result = apply::apply(&mut inner, storage, input, now_ms);
+        self.settle(&mut inner, result)
+    }
+
+    /// Runs the timeouts due at `now_ms` (gap, idle, orphaned results); each change is one
+    /// commit. Returns the number of events created.
+    pub fn tick(&self, now_ms: u64) -> Result<usize, StoreError> {
+        let mut inner = self.locked()?;
+        let storage = self.storage.as_ref();
+        let result = tick::tick(&mut inner, storage, now_ms, &self.outbox_len);
+        match result {
+            Ok(n) => Ok(n),
+            Err(e) => {
+                inner.stale = true;
+                Err(e)
+            }
+        }
+    }
+
+    fn settle(
+        &self,
+        inner: &mut Inner,
+        result: Result<(Applied, usize), StoreError>,
+    ) -> Result<Applied, StoreError> {
+        match result {
+            Ok((applied, rows)) => {
+                self.outbox_len.fetch_add(rows, Ordering::Relaxed);
+                Ok(applied)
+            }
+            Err(e) => {
+                inner.stale = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes every commit so far durable (group commit: call once per batch, then ack it).
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.storage.flush()
+    }
+
+    /// Up to `limit` outbox rows, oldest first.
+    pub fn outbox_peek(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        self.storage
+            .first_n(Space::Outbox, limit)?
+            .into_iter()
+            .map(|(k, v)| {
+                keys::outbox_key(&k)
+                    .and_then(|key| OutboxEntry::decode(key, &v))
+                    .ok_or(StoreError::Corrupt {
+                        space: "outbox",
+                        detail: "unreadable row".into(),
+                    })
+            })
+            .collect()
+    }
+
+    /// Deletes an outbox row after its publication was confirmed (no-op when already gone).
+    pub fn outbox_remove(&self, key: u64) -> Result<(), StoreError> {
+        if self.storage.remove(Space::Outbox, &keys::outbox(key))? {
+            self.outbox_len.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Number of outbox rows.
+    pub fn outbox_len(&self) -> usize {
+        self.outbox_len.load(Ordering::Relaxed)
+    }
+
+    /// Number of chunk streams whose message has not completed.
+    pub fn open_streams(&self) -> usize {
+        self.lock().open.len()
+    }
+
+    /// The stored calls and results of one message, if it is known.
+    pub fn message_snapshot(
+        &self,
+        conv: &str,
+        msg: &str,
+    ) -> Result<Option<MessageSnapshot>, StoreError> {
+        let inner = self.locked()?;
+        snapshot::message(&inner, self.storage.as_ref(), conv, msg)
+    }
+
+    /// Every stored message of a conversation, in conversation (first-seen) order.
+    pub fn conversation(&self, conv: &str) -> Result<Vec<MessageSnapshot>, StoreError> {
+        let inner = self.locked()?;
+        snapshot::conversation(&inner, self.storage.as_ref(), conv)
+    }
+}

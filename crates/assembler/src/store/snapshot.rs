@@ -1,0 +1,72 @@
+//! Snapshots: the stored calls and results of a message or a conversation.
+
+use super::inner::Inner;
+use super::records::from_bytes;
+use super::txn::load_args;
+use crate::core::{emit, MessagePhase, MessageState};
+use crate::error::StoreError;
+use crate::keys;
+use crate::storage::{Space, Storage};
+use chunk_model::{MessageSnapshot, MessageStatus};
+
+fn to_snapshot(m: &MessageState) -> MessageSnapshot {
+    MessageSnapshot {
+        conversation_id: m.conversation_id.clone(),
+        message_id: m.message_id.clone(),
+        provider: m.provider,
+        status: if m.phase == MessagePhase::Completed {
+            MessageStatus::Completed
+        } else {
+            MessageStatus::Streaming
+        },
+        finish_reason: m.finish_reason.clone(),
+        calls: emit::outcomes(m),
+        tool_results: m.tool_results.clone(),
+        orphaned_results: m.orphaned_results.clone(),
+    }
+}
+
+fn stored(storage: &dyn Storage, mkey: &[u8], bytes: &[u8]) -> Result<MessageState, StoreError> {
+    let mut m: MessageState = from_bytes("messages", bytes)?;
+    load_args(storage, mkey, &mut m)?;
+    Ok(m)
+}
+
+/// One message's snapshot (cache first: it holds the newest state of open messages).
+pub(crate) fn message(
+    inner: &Inner,
+    storage: &dyn Storage,
+    conv: &str,
+    msg: &str,
+) -> Result<Option<MessageSnapshot>, StoreError> {
+    let mkey = keys::message(conv, msg);
+    if let Some(m) = inner.messages.get(&mkey) {
+        return Ok(Some(to_snapshot(m)));
+    }
+    match storage.get(Space::Messages, &mkey)? {
+        Some(bytes) => Ok(Some(to_snapshot(&stored(storage, &mkey, &bytes)?))),
+        None => Ok(None),
+    }
+}
+
+/// Every message of a conversation, in first-seen order.
+pub(crate) fn conversation(
+    inner: &Inner,
+    storage: &dyn Storage,
+    conv: &str,
+) -> Result<Vec<MessageSnapshot>, StoreError> {
+    let mut all: Vec<(u64, MessageSnapshot)> = Vec::new();
+    for (mkey, bytes) in storage.scan_prefix(Space::Messages, &keys::conversation(conv))? {
+        let m = match inner.messages.get(&mkey) {
+            Some(m) => to_snapshot_with_order(m),
+            None => to_snapshot_with_order(&stored(storage, &mkey, &bytes)?),
+        };
+        all.push(m);
+    }
+    all.sort_by_key(|(order, _)| *order);
+    Ok(all.into_iter().map(|(_, s)| s).collect())
+}
+
+fn to_snapshot_with_order(m: &MessageState) -> (u64, MessageSnapshot) {
+    (m.order, to_snapshot(m))
+}

@@ -1,0 +1,123 @@
+//! Timeouts, each change its own commit: unfilled sequence gaps, idle streams, results whose
+//! call never appeared. See [`crate::core::order`] for the gap decision.
+
+use super::apply::{after_step, drain, orphan};
+use super::inner::Inner;
+use super::txn::Txn;
+use crate::core::{self, StepOutput};
+use crate::error::StoreError;
+use crate::input::InputKind;
+use crate::keys;
+use crate::storage::{Space, Storage};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Runs every timeout due at `now`. Returns the number of events created.
+pub(crate) fn tick(
+    inner: &mut Inner,
+    storage: &dyn Storage,
+    now: u64,
+    outbox_len: &AtomicUsize,
+) -> Result<usize, StoreError> {
+    let mut total = 0;
+    let mut done = |(events, rows): (usize, usize)| {
+        outbox_len.fetch_add(rows, Ordering::Relaxed);
+        total += events;
+    };
+    let gap_timeout = inner.config.gap_timeout_ms;
+    let expired_gaps: Vec<Vec<u8>> = inner
+        .gapped
+        .iter()
+        .filter(|k| {
+            inner
+                .streams
+                .get(*k)
+                .is_some_and(|st| st.gap_expired(now, gap_timeout))
+        })
+        .cloned()
+        .collect();
+    for key in expired_gaps {
+        let Some((kind, conv, msg)) = keys::parse_stream(&key) else {
+            continue;
+        };
+        let mut txn = Txn::new(inner, storage);
+        match kind {
+            InputKind::Chunk => close_gap(&mut txn, &key, &conv, &msg, now)?,
+            InputKind::Result => {
+                let st = txn.stream_mut(&key)?;
+                if let Some(first) = st.parked.first().copied() {
+                    st.next = first;
+                }
+                drain(&mut txn, &key, kind, &conv, &msg, now)?;
+            }
+        }
+        done(txn.commit()?);
+    }
+    let idle_timeout = inner.config.idle_timeout_ms;
+    let idle: Vec<Vec<u8>> = inner
+        .open
+        .iter()
+        .filter(|k| {
+            inner
+                .streams
+                .get(*k)
+                .is_some_and(|st| st.idle_expired(now, idle_timeout))
+        })
+        .cloned()
+        .collect();
+    for key in idle {
+        let Some((_, conv, msg)) = keys::parse_stream(&key) else {
+            continue;
+        };
+        let mut txn = Txn::new(inner, storage);
+        end_stream(&mut txn, &key, &conv, &msg, "timeout", now)?;
+        done(txn.commit()?);
+    }
+    let grace = inner.config.orphan_grace_ms;
+    let orphans: Vec<(String, String)> = inner
+        .pending
+        .iter()
+        .filter(|(_, t)| now.saturating_sub(**t) >= grace)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for (conv, id) in orphans {
+        let mut txn = Txn::new(inner, storage);
+        orphan(&mut txn, &conv, &id)?;
+        done(txn.commit()?);
+    }
+    Ok(total)
+}
+
+/// A chunk stream's gap timed out: discard parked chunks, close the stream, abandon the
+/// message's open calls (`gap`).
+fn close_gap(
+    txn: &mut Txn<'_>,
+    key: &[u8],
+    conv: &str,
+    msg: &str,
+    now: u64,
+) -> Result<(), StoreError> {
+    let st = txn.stream_mut(key)?;
+    let parked: Vec<u64> = std::mem::take(&mut st.parked).into_iter().collect();
+    st.gap_since_ms = None;
+    st.closed = true;
+    for s in parked {
+        txn.writes.delete(Space::Parked, keys::parked(key, s));
+    }
+    end_stream(txn, key, conv, msg, "gap", now)
+}
+
+/// Ends a chunk stream's message for a toolstream reason (`gap`, `timeout`).
+fn end_stream(
+    txn: &mut Txn<'_>,
+    key: &[u8],
+    conv: &str,
+    msg: &str,
+    reason: &str,
+    now: u64,
+) -> Result<(), StoreError> {
+    let provider = txn.stream(key)?.provider;
+    let mut out = StepOutput::default();
+    let m = txn.message_or_new(conv, msg, provider)?;
+    core::step::abandon(m, reason, &mut out);
+    after_step(txn, conv, msg, out, now)
+}

@@ -1,0 +1,320 @@
+//! One unit of work: reads state through the cache, collects every write, and commits them
+//! atomically at the end. If anything fails before or during the commit, the caller marks
+//! the cache stale (it is rebuilt from storage, which the failed unit did not change).
+
+use super::inner::Inner;
+use super::records::{from_bytes, to_bytes};
+use crate::core::{ArgOp, MessagePhase, MessageState, StreamState};
+use crate::error::StoreError;
+use crate::keys::{self, ResultTag};
+use crate::outbox::{OutboxEntry, OutboxKind};
+use crate::storage::{Space, Storage, WriteSet};
+use chunk_model::{Event, Provider};
+use std::collections::BTreeSet;
+
+/// Header naming the event type on event rows.
+pub const HEADER_EVENT_TYPE: &str = "Toolstream-Event-Type";
+
+/// A unit of work in progress.
+pub(crate) struct Txn<'a> {
+    /// Cache and counters (mutated in place; stale if the unit fails).
+    pub inner: &'a mut Inner,
+    /// Where state is read from and committed to.
+    pub storage: &'a dyn Storage,
+    /// Collected writes.
+    pub writes: WriteSet,
+    /// Streams changed by this unit.
+    dirty_streams: BTreeSet<Vec<u8>>,
+    /// Streams read or changed by this unit (trimmed from the cache at commit).
+    touched_streams: BTreeSet<Vec<u8>>,
+    /// Messages changed by this unit.
+    dirty_messages: BTreeSet<Vec<u8>>,
+    /// Outbox rows written.
+    pub rows: usize,
+    /// Events written.
+    pub events: usize,
+    /// Whether the order counter moved.
+    order_moved: bool,
+    /// Results-keyspace writes of this unit, readable before the commit (`None`: deleted).
+    results_overlay: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl<'a> Txn<'a> {
+    /// Starts a unit of work.
+    pub fn new(inner: &'a mut Inner, storage: &'a dyn Storage) -> Txn<'a> {
+        Txn {
+            inner,
+            storage,
+            writes: WriteSet::default(),
+            dirty_streams: BTreeSet::new(),
+            touched_streams: BTreeSet::new(),
+            dirty_messages: BTreeSet::new(),
+            rows: 0,
+            events: 0,
+            order_moved: false,
+            results_overlay: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Whether the stream exists (in the cache or in storage).
+    pub fn stream_exists(&self, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(
+            self.inner.streams.contains_key(key)
+                || self.storage.get(Space::Streams, key)?.is_some(),
+        )
+    }
+
+    /// The stream's state for reading (default when unknown), loaded into the cache.
+    pub fn stream(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
+        if !self.touched_streams.contains(key) {
+            self.touched_streams.insert(key.to_vec());
+        }
+        if !self.inner.streams.contains_key(key) {
+            let st = match self.storage.get(Space::Streams, key)? {
+                Some(v) => from_bytes("streams", &v)?,
+                None => StreamState::default(),
+            };
+            self.inner.streams.insert(key.to_vec(), st);
+        }
+        self.inner.streams.get_mut(key).ok_or(StoreError::Corrupt {
+            space: "streams",
+            detail: "cache entry vanished".into(),
+        })
+    }
+
+    /// The stream's state for changing: marked to be written.
+    pub fn stream_mut(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
+        self.dirty_streams.insert(key.to_vec());
+        self.stream(key)
+    }
+
+    /// Loads a message into the cache (with its argument text while it is open).
+    fn load_message(&mut self, mkey: &[u8]) -> Result<bool, StoreError> {
+        if self.inner.messages.contains_key(mkey) {
+            return Ok(true);
+        }
+        let Some(v) = self.storage.get(Space::Messages, mkey)? else {
+            return Ok(false);
+        };
+        let mut m: MessageState = from_bytes("messages", &v)?;
+        if m.phase != MessagePhase::Completed {
+            load_args(self.storage, mkey, &mut m)?;
+        }
+        self.inner.messages.insert(mkey.to_vec(), m);
+        Ok(true)
+    }
+
+    /// The message, if it exists; marked to be written.
+    pub fn message_mut(
+        &mut self,
+        conv: &str,
+        msg: &str,
+    ) -> Result<Option<&mut MessageState>, StoreError> {
+        let mkey = keys::message(conv, msg);
+        if !self.load_message(&mkey)? {
+            return Ok(None);
+        }
+        self.dirty_messages.insert(mkey.clone());
+        Ok(self.inner.messages.get_mut(&mkey))
+    }
+
+    /// The message, created (open, no calls) when unknown; marked to be written. A known
+    /// provider is recorded on it and on its conversation.
+    pub fn message_or_new(
+        &mut self,
+        conv: &str,
+        msg: &str,
+        provider: Option<Provider>,
+    ) -> Result<&mut MessageState, StoreError> {
+        let mkey = keys::message(conv, msg);
+        if !self.load_message(&mkey)? {
+            let order = self.inner.order_next;
+            self.inner.order_next += 1;
+            self.order_moved = true;
+            self.inner
+                .messages
+                .insert(mkey.clone(), MessageState::new(conv, msg, None, order));
+        }
+        self.dirty_messages.insert(mkey.clone());
+        let needs_provider = self
+            .inner
+            .messages
+            .get(&mkey)
+            .is_some_and(|m| m.provider.is_none());
+        if let (true, Some(p)) = (needs_provider, provider) {
+            self.results_put(
+                keys::result(ResultTag::ConversationProvider, conv, ""),
+                p.as_str().as_bytes().to_vec(),
+            );
+        }
+        let m = self
+            .inner
+            .messages
+            .get_mut(&mkey)
+            .ok_or(StoreError::Corrupt {
+                space: "messages",
+                detail: "cache entry vanished".into(),
+            })?;
+        if m.provider.is_none() {
+            m.provider = provider;
+        }
+        Ok(m)
+    }
+
+    /// The provider a conversation's messages named, if any.
+    pub fn conversation_provider(&self, conv: &str) -> Result<Option<Provider>, StoreError> {
+        let key = keys::result(ResultTag::ConversationProvider, conv, "");
+        Ok(self
+            .results_get(&key)?
+            .and_then(|v| String::from_utf8(v).ok())
+            .and_then(|s| Provider::parse(&s)))
+    }
+
+    /// Reads the results keyspace, seeing this unit's own writes.
+    pub fn results_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.results_overlay.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.storage.get(Space::Results, key),
+        }
+    }
+
+    /// Writes to the results keyspace.
+    pub fn results_put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.results_overlay
+            .insert(key.clone(), Some(value.clone()));
+        self.writes.put(Space::Results, key, value);
+    }
+
+    /// Deletes from the results keyspace.
+    pub fn results_delete(&mut self, key: Vec<u8>) {
+        self.results_overlay.insert(key.clone(), None);
+        self.writes.delete(Space::Results, key);
+    }
+
+    /// Persists argument writes of a message's calls.
+    pub fn arg_ops(&mut self, mkey: &[u8], ops: &[ArgOp]) {
+        for op in ops {
+            match op {
+                ArgOp::Append { call, piece, text } => self.writes.put(
+                    Space::Args,
+                    keys::args_piece(mkey, *call, *piece),
+                    text.as_bytes().to_vec(),
+                ),
+                ArgOp::Replace {
+                    call,
+                    old_pieces,
+                    text,
+                } => {
+                    for p in 0..*old_pieces {
+                        self.writes
+                            .delete(Space::Args, keys::args_piece(mkey, *call, p));
+                    }
+                    self.writes.put(
+                        Space::Args,
+                        keys::args_piece(mkey, *call, 0),
+                        text.as_bytes().to_vec(),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Writes an event to the outbox.
+    pub fn emit(&mut self, ev: &Event) -> Result<(), StoreError> {
+        let payload = to_bytes("outbox", ev)?;
+        let entry = OutboxEntry {
+            key: self.inner.outbox_next,
+            kind: OutboxKind::Event,
+            conversation_id: ev.conversation_id.clone(),
+            message_id: ev.message_id.clone(),
+            msg_id: ev.event_id.clone(),
+            headers: vec![(
+                HEADER_EVENT_TYPE.to_string(),
+                ev.event_type.as_str().to_string(),
+            )],
+            payload,
+        };
+        self.push_row(entry);
+        self.events += 1;
+        Ok(())
+    }
+
+    /// Writes any outbox row (the key is assigned here).
+    pub fn push_row(&mut self, mut entry: OutboxEntry) {
+        entry.key = self.inner.outbox_next;
+        self.inner.outbox_next += 1;
+        self.writes
+            .put(Space::Outbox, keys::outbox(entry.key), entry.encode());
+        self.rows += 1;
+    }
+
+    /// Serializes every changed stream and message and the counters, commits atomically,
+    /// and trims the cache to what stays live. Returns (events, outbox rows).
+    pub fn commit(mut self) -> Result<(usize, usize), StoreError> {
+        for key in &self.dirty_streams {
+            if let Some(st) = self.inner.streams.get(key) {
+                self.writes
+                    .put(Space::Streams, key.clone(), to_bytes("streams", st)?);
+            }
+        }
+        for key in &self.dirty_messages {
+            if let Some(m) = self.inner.messages.get(key) {
+                self.writes
+                    .put(Space::Messages, key.clone(), to_bytes("messages", m)?);
+            }
+        }
+        if self.rows > 0 {
+            self.writes.put(
+                Space::Meta,
+                keys::META_OUTBOX_NEXT.to_vec(),
+                self.inner.outbox_next.to_be_bytes().to_vec(),
+            );
+        }
+        if self.order_moved {
+            self.writes.put(
+                Space::Meta,
+                keys::META_ORDER_NEXT.to_vec(),
+                self.inner.order_next.to_be_bytes().to_vec(),
+            );
+        }
+        let writes = std::mem::take(&mut self.writes);
+        self.storage.commit(writes)?;
+        // Trim the cache to what stays live, and update the timer indexes.
+        for key in &self.touched_streams {
+            if let Some(st) = self.inner.streams.get(key).cloned() {
+                self.inner.index_stream(key, &st);
+                if !st.open && st.parked.is_empty() {
+                    self.inner.streams.remove(key);
+                }
+            }
+        }
+        for key in &self.dirty_messages {
+            let done = self.inner.messages.get(key).is_some_and(|m| {
+                m.phase == MessagePhase::Completed || (m.calls.is_empty() && m.provider.is_none())
+            });
+            if done {
+                self.inner.messages.remove(key);
+            }
+        }
+        Ok((self.events, self.rows))
+    }
+}
+
+/// Reads a message's argument pieces back into its calls, in piece order.
+pub fn load_args(
+    storage: &dyn Storage,
+    mkey: &[u8],
+    m: &mut MessageState,
+) -> Result<(), StoreError> {
+    for (pos, call) in m.calls.iter_mut().enumerate() {
+        if call.pieces == 0 {
+            continue;
+        }
+        let mut text = String::new();
+        for (_, v) in storage.scan_prefix(Space::Args, &keys::args_prefix(mkey, pos as u32))? {
+            text.push_str(&String::from_utf8_lossy(&v));
+        }
+        call.args = text;
+    }
+    Ok(())
+}
