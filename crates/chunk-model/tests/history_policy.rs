@@ -36,7 +36,7 @@ fn tool_message_without_call_is_never_sent() {
     );
     snap.orphaned_results.push(result("call_zz", "late"));
     for format in [HistoryFormat::OpenaiChat, HistoryFormat::Mistral] {
-        let h = render(&[snap.clone()], format, &opts()).unwrap();
+        let h = render(std::slice::from_ref(&snap), format, &opts()).unwrap();
         assert!(
             h.messages.iter().all(|m| m["role"] != "tool"),
             "{format}: {:?}",
@@ -124,7 +124,7 @@ fn truncation_never_splits_a_multibyte_char() {
     for limit in [100, 101, 333, 500] {
         let mut o = opts();
         o.max_result_chars = limit;
-        let h = render(&[snap.clone()], HistoryFormat::OpenaiChat, &o).unwrap();
+        let h = render(std::slice::from_ref(&snap), HistoryFormat::OpenaiChat, &o).unwrap();
         let out = h.messages[1]["content"].as_str().unwrap();
         assert_eq!(out.chars().count(), limit);
         assert!(out.ends_with(TRUNCATION_MARKER));
@@ -145,7 +145,7 @@ fn result_limit_is_clamped_to_100_through_10000() {
     for (asked, got) in [(0, 100), (5, 100), (500, 500), (50_000, 10_000)] {
         let mut o = opts();
         o.max_result_chars = asked;
-        let h = render(&[snap.clone()], HistoryFormat::OpenaiChat, &o).unwrap();
+        let h = render(std::slice::from_ref(&snap), HistoryFormat::OpenaiChat, &o).unwrap();
         assert_eq!(
             h.messages[1]["content"].as_str().unwrap().chars().count(),
             got
@@ -279,7 +279,7 @@ fn strict_text_mode_sends_no_tool_structures() {
     let mut o = opts();
     o.strict_text = true;
     for format in HistoryFormat::ALL {
-        let h = render(&[snap.clone()], format, &o).unwrap();
+        let h = render(std::slice::from_ref(&snap), format, &o).unwrap();
         let text = serde_json::to_string(&h.messages).unwrap();
         for banned in [
             "tool_calls",
@@ -314,7 +314,12 @@ fn token_estimate_counts_exactly_the_returned_payload() {
     small.max_result_chars = 100;
     let mut big = opts();
     big.max_result_chars = 4000;
-    let hs = render(&[snap.clone()], HistoryFormat::OpenaiChat, &small).unwrap();
+    let hs = render(
+        std::slice::from_ref(&snap),
+        HistoryFormat::OpenaiChat,
+        &small,
+    )
+    .unwrap();
     let hb = render(&[snap], HistoryFormat::OpenaiChat, &big).unwrap();
     assert!(
         hb.token_estimate > hs.token_estimate + 500,
