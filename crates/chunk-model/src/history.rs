@@ -90,6 +90,7 @@ pub fn render(
                         name: &c.name,
                         arguments: &c.arguments,
                         metadata: &c.provider_metadata,
+                        send_item_id: options.send_item_ids,
                     })
                     .collect();
                 encode_calls(target, note.as_deref(), &enc)

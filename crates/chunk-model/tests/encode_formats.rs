@@ -180,7 +180,17 @@ fn responses_uses_call_id_and_item_id_when_it_fits() {
         .provider_metadata
         .insert("item_id".into(), json!("msg with spaces"));
     let snap = snapshot("m1", vec![c0, c1], vec![result("call_r0", "out")]);
-    let m = rendered(HistoryFormat::OpenaiResponses, &[snap]);
+    let opts = HistoryOptions {
+        send_item_ids: true,
+        ..HistoryOptions::default()
+    };
+    let m = render(
+        std::slice::from_ref(&snap),
+        HistoryFormat::OpenaiResponses,
+        &opts,
+    )
+    .unwrap()
+    .messages;
     assert_eq!(
         m[0],
         json!({"type": "function_call", "call_id": "call_r0", "name": "f", "arguments": "{\"a\":1}", "id": "fc_67e1"})
@@ -194,6 +204,26 @@ fn responses_uses_call_id_and_item_id_when_it_fits() {
         json!({"type": "function_call_output", "call_id": "call_r0", "output": "out"})
     );
     assert_eq!(m[3]["output"], "[No result recorded]");
+    let back = parse_history(HistoryFormat::OpenaiResponses, &m).unwrap();
+    assert_eq!(
+        back[0].calls[0].tool_call.provider_metadata["item_id"],
+        "fc_67e1"
+    );
+}
+
+#[test]
+fn responses_item_ids_are_not_sent_by_default() {
+    // An fc_ id the API did not store, or without its reasoning item, is a 400.
+    let mut c0 = call("call_r0", "f", 0, json!({}));
+    c0.tool_call
+        .provider_metadata
+        .insert("item_id".into(), json!("fc_67e1"));
+    let snap = snapshot("m1", vec![c0], vec![result("call_r0", "out")]);
+    let m = rendered(HistoryFormat::OpenaiResponses, &[snap]);
+    assert_eq!(
+        m[0],
+        json!({"type": "function_call", "call_id": "call_r0", "name": "f", "arguments": "{}"})
+    );
 }
 
 #[test]

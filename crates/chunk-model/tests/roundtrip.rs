@@ -7,7 +7,8 @@
 //!   Ollama have no error flag on a result.
 //! - ids: compared after mapping (a valid, unique id is unchanged). Gemini drops synthetic ids
 //!   (never sent upstream) and Ollama has no ids: parsed calls get fresh synthetic ids.
-//! - metadata: only Gemini `thoughtSignature` and a fitting Responses `item_id` travel.
+//! - metadata: only Gemini `thoughtSignature` travels, and a fitting Responses `item_id` when
+//!   `send_item_ids` is on (off by default, see `HistoryOptions::send_item_ids`).
 
 mod history_fixtures;
 

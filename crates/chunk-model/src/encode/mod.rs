@@ -158,6 +158,9 @@ pub struct EncCall<'a> {
     pub arguments: &'a Value,
     /// The call's provider metadata (signatures, item ids, synthetic flag).
     pub metadata: &'a Map<String, Value>,
+    /// Responses only: send the stored item id (`fc_…`) as the item `id`. Off in the history
+    /// policy by default, see [`crate::history::HistoryOptions::send_item_ids`].
+    pub send_item_id: bool,
 }
 
 impl EncCall<'_> {

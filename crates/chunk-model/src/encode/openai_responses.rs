@@ -6,9 +6,12 @@
 //! {"type":"function_call_output","call_id":"call_1","output":"18°C"}
 //! ```
 //!
-//! The consumer id is `call_id`; the item `id` is sent only when the stored
-//! `provider_metadata.item_id` fits (an `fc_…` id of word characters), and parsed back into the
-//! same metadata key. Parallel calls are consecutive `function_call` items; a new run of them
+//! The consumer id is `call_id`; the item `id` is sent only when asked
+//! ([`EncCall::send_item_id`]) and the stored `provider_metadata.item_id` fits (an `fc_…` id of
+//! word characters), and parsed back into the same metadata key. Why not by default: the API
+//! answers 400 to an `fc_` item id it did not store (`store: false`) or whose `reasoning` item
+//! is not in the input ("Item … was provided without its required 'reasoning' item"), and
+//! toolstream does not keep reasoning items. Parallel calls are consecutive `function_call` items; a new run of them
 //! starts a new turn on parse. Lossy by nature: `is_error` (no flag on `function_call_output`),
 //! other metadata.
 
@@ -22,6 +25,9 @@ const FORMAT: HistoryFormat = HistoryFormat::OpenaiResponses;
 
 /// The stored item id, if it can be sent back as a `function_call` item id.
 fn fitting_item_id(call: &EncCall<'_>) -> Option<String> {
+    if !call.send_item_id {
+        return None;
+    }
     let id = call.metadata.get(META_ITEM_ID)?.as_str()?;
     let fits = id.starts_with("fc_")
         && id.len() <= 128

@@ -28,6 +28,11 @@ pub struct HistoryOptions {
     pub window: Option<usize>,
     /// The result text sent for a call with no recorded result. Default `[No result recorded]`.
     pub placeholder: String,
+    /// Responses target: send each call's stored item id (`fc_…`) as the `function_call`
+    /// item `id`. Default false: the API rejects item ids it did not store, or whose
+    /// `reasoning` item is missing from the input, and toolstream keeps no reasoning items.
+    /// Turn on only when the conversation is stored server-side with its reasoning.
+    pub send_item_ids: bool,
 }
 
 impl Default for HistoryOptions {
@@ -37,6 +42,7 @@ impl Default for HistoryOptions {
             strict_text: false,
             window: None,
             placeholder: DEFAULT_PLACEHOLDER.to_string(),
+            send_item_ids: false,
         }
     }
 }
