@@ -124,6 +124,14 @@ fn other_wire_id(msg: &MessageState, pos: usize, at: &CallRef) -> bool {
     }
 }
 
+/// Whether `name` is given and differs from the call's known name.
+fn names_other(msg: &MessageState, pos: usize, name: Option<&str>) -> bool {
+    match (name, msg.calls.get(pos).and_then(|c| c.name.as_deref())) {
+        (Some(new), Some(old)) => new != old,
+        _ => false,
+    }
+}
+
 fn latest_open(msg: &MessageState) -> Option<usize> {
     match msg.calls.last() {
         Some(c) if !c.is_terminal() => Some(msg.calls.len() - 1),
@@ -267,9 +275,10 @@ fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepO
         Some((p, _)) if terminal(p) && e.name.is_some() => new_call(msg, &e.at),
         Some((p, _)) if terminal(p) => return,
         Some((p, _)) => p,
+        // A whole call that names another function than the open one is its own call.
         None if !has_refs(&e.at) => match latest_open(msg) {
-            Some(p) => p,
-            None => new_call(msg, &e.at),
+            Some(p) if !names_other(msg, p, e.name.as_deref()) => p,
+            _ => new_call(msg, &e.at),
         },
         None => new_call(msg, &e.at),
     };
