@@ -1,0 +1,91 @@
+//! Helpers shared by the store tests: OpenAI-chat-shaped chunk bodies, inputs, and reading
+//! events back from the outbox.
+#![allow(dead_code)]
+
+use assembler::{Input, InputKind, OutboxKind, Seq, Store};
+use chunk_model::{Event, Provider};
+
+/// An OpenAI chat chunk carrying one tool-call delta.
+pub fn oa_delta(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> Vec<u8> {
+    let mut call =
+        serde_json::json!({"index": index, "type": "function", "function": {"arguments": args}});
+    if let Some(id) = id {
+        call["id"] = id.into();
+    }
+    if let Some(name) = name {
+        call["function"]["name"] = name.into();
+    }
+    serde_json::to_vec(&serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]
+    }))
+    .unwrap()
+}
+
+/// An OpenAI chat chunk with a finish reason.
+pub fn oa_finish(reason: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]
+    }))
+    .unwrap()
+}
+
+/// A chunk input with a producer sequence number.
+pub fn chunk<'a>(conv: &'a str, msg: &'a str, seq: u64, body: &'a [u8]) -> Input<'a> {
+    Input {
+        kind: InputKind::Chunk,
+        conversation_id: conv,
+        message_id: msg,
+        provider: Some(Provider::OpenaiChat),
+        seq: Seq::Producer(seq),
+        control: None,
+        body,
+        origin: None,
+    }
+}
+
+/// A result input with a producer sequence number.
+pub fn result<'a>(conv: &'a str, msg: &'a str, seq: u64, body: &'a [u8]) -> Input<'a> {
+    Input {
+        kind: InputKind::Result,
+        conversation_id: conv,
+        message_id: msg,
+        provider: None,
+        seq: Seq::Producer(seq),
+        control: None,
+        body,
+        origin: None,
+    }
+}
+
+/// Every event row in the outbox, oldest first (rows are left in place).
+pub fn events(store: &Store) -> Vec<Event> {
+    store
+        .outbox_peek(usize::MAX)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == OutboxKind::Event)
+        .map(|e| serde_json::from_slice(&e.payload).unwrap())
+        .collect()
+}
+
+/// The event types in the outbox, as wire names.
+pub fn types(store: &Store) -> Vec<&'static str> {
+    events(store)
+        .iter()
+        .map(|e| e.event_type.as_str())
+        .collect()
+}
+
+/// A standard two-call OpenAI stream: (seq, body) pairs.
+pub fn two_call_stream() -> Vec<Vec<u8>> {
+    vec![
+        oa_delta(0, Some("call_a"), Some("get_weather"), ""),
+        oa_delta(0, None, None, "{\"city\":"),
+        oa_delta(0, None, None, "\"Paris\"}"),
+        oa_delta(1, Some("call_b"), Some("get_time"), "{}"),
+        oa_finish("tool_calls"),
+        b"[DONE]".to_vec(),
+    ]
+}

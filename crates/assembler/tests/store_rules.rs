@@ -1,0 +1,410 @@
+//! The store's ordering, dedupe, parking, dead letters, results, timeouts, limits and
+//! snapshots, on raw OpenAI-chat-shaped chunks.
+
+mod common;
+
+use assembler::{Applied, Config, Control, InputKind, Origin, OutboxKind, Seq, Store};
+use chunk_model::{CallStatus, EventType, MessageStatus};
+use common::*;
+use serde_json::json;
+
+fn store() -> Store {
+    Store::open_temporary(Config::default()).unwrap()
+}
+
+#[test]
+fn a_redelivered_chunk_changes_nothing() {
+    let s = store();
+    let body = oa_delta(0, Some("call_a"), Some("f"), "{\"a\":");
+    assert!(matches!(
+        s.apply(&chunk("c", "m", 0, &body), 1).unwrap(),
+        Applied::Accepted { events: 1 }
+    ));
+    assert_eq!(
+        s.apply(&chunk("c", "m", 0, &body), 2).unwrap(),
+        Applied::Duplicate
+    );
+    let more = oa_delta(0, None, None, "1}");
+    let _ = s.apply(&chunk("c", "m", 1, &more), 3).unwrap();
+    assert_eq!(
+        s.apply(&chunk("c", "m", 0, &body), 4).unwrap(),
+        Applied::Duplicate
+    );
+    let fin = oa_finish("tool_calls");
+    let _ = s.apply(&chunk("c", "m", 2, &fin), 5).unwrap();
+    let ev = events(&s);
+    let done = ev
+        .iter()
+        .find(|e| e.event_type == EventType::ToolCallCompleted)
+        .unwrap();
+    assert_eq!(done.tool_call.as_ref().unwrap().raw_arguments, "{\"a\":1}");
+}
+
+#[test]
+fn a_chunk_ahead_of_a_gap_is_parked_and_applied_when_the_gap_fills() {
+    let s = store();
+    let bodies = two_call_stream();
+    // deliver 0, then 2..5, then 1
+    let _ = s.apply(&chunk("c", "m", 0, &bodies[0]), 1).unwrap();
+    for (i, b) in bodies.iter().enumerate().skip(2) {
+        assert_eq!(
+            s.apply(&chunk("c", "m", i as u64, b), 2).unwrap(),
+            Applied::Parked
+        );
+    }
+    assert_eq!(
+        s.apply(&chunk("c", "m", 3, &bodies[3]), 3).unwrap(),
+        Applied::Duplicate
+    );
+    let applied = s.apply(&chunk("c", "m", 1, &bodies[1]), 4).unwrap();
+    assert!(matches!(applied, Applied::Accepted { events } if events >= 4));
+    let snap = s.message_snapshot("c", "m").unwrap().unwrap();
+    assert_eq!(snap.status, MessageStatus::Completed);
+    assert_eq!(snap.calls[0].tool_call.arguments, json!({"city":"Paris"}));
+    assert_eq!(snap.calls[1].tool_call.id, "call_b");
+    assert_eq!(s.open_streams(), 0);
+}
+
+#[test]
+fn an_unfilled_gap_abandons_open_calls_with_reason_gap_and_discards_parked_chunks() {
+    let cfg = Config {
+        gap_timeout_ms: 1_000,
+        ..Config::default()
+    };
+    let s = Store::open_temporary(cfg).unwrap();
+    let b = two_call_stream();
+    let _ = s.apply(&chunk("c", "m", 0, &b[0]), 0).unwrap();
+    let _ = s.apply(&chunk("c", "m", 1, &b[1]), 0).unwrap();
+    assert_eq!(
+        s.apply(&chunk("c", "m", 3, &b[3]), 100).unwrap(),
+        Applied::Parked
+    );
+    assert_eq!(s.tick(1_099).unwrap(), 0);
+    assert!(s.tick(1_100).unwrap() >= 2);
+    let snap = s.message_snapshot("c", "m").unwrap().unwrap();
+    assert_eq!(snap.finish_reason.as_deref(), Some("gap"));
+    assert_eq!(snap.calls.len(), 1);
+    assert_eq!(snap.calls[0].status, CallStatus::Abandoned);
+    assert_eq!(snap.calls[0].reason.as_deref(), Some("gap"));
+    assert_eq!(snap.calls[0].tool_call.raw_arguments, "{\"city\":");
+    // The late chunk is consumed without effect; nothing completes twice.
+    let before = events(&s).len();
+    assert!(matches!(
+        s.apply(&chunk("c", "m", 2, &b[2]), 2_000).unwrap(),
+        Applied::Accepted { events: 0 }
+    ));
+    assert_eq!(events(&s).len(), before);
+}
+
+#[test]
+fn an_undecodable_chunk_is_dead_lettered_and_the_stream_goes_on() {
+    let s = store();
+    let b = two_call_stream();
+    let _ = s.apply(&chunk("c", "m", 0, &b[0]), 0).unwrap();
+    let mut bad = chunk("c", "m", 1, b"{not json");
+    bad.origin = Some(Origin {
+        subject: "toolstream.chunks.c.m".into(),
+        stream_seq: 42,
+    });
+    let verdict = s.apply(&bad, 0).unwrap();
+    assert!(
+        matches!(&verdict, Applied::DeadLettered { reason } if reason.starts_with("decode_error"))
+    );
+    for (i, body) in b.iter().enumerate().skip(2) {
+        let v = s.apply(&chunk("c", "m", i as u64, body), 0).unwrap();
+        assert!(matches!(v, Applied::Accepted { .. }), "seq {i}: {v:?}");
+    }
+    let rows = s.outbox_peek(100).unwrap();
+    let dlq: Vec<_> = rows
+        .iter()
+        .filter(|r| r.kind == OutboxKind::DeadLetter)
+        .collect();
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].msg_id, "dlq:c:m:1");
+    assert_eq!(dlq[0].payload, b"{not json");
+    let header = |k: &str| {
+        dlq[0]
+            .headers
+            .iter()
+            .find(|(h, _)| h == k)
+            .map(|(_, v)| v.clone())
+    };
+    assert!(header("Toolstream-Reason")
+        .unwrap()
+        .starts_with("decode_error"));
+    assert_eq!(
+        header("Toolstream-Subject").as_deref(),
+        Some("toolstream.chunks.c.m")
+    );
+    assert_eq!(header("Toolstream-Stream-Seq").as_deref(), Some("42"));
+    assert_eq!(
+        s.message_snapshot("c", "m").unwrap().unwrap().status,
+        MessageStatus::Completed
+    );
+}
+
+#[test]
+fn a_chunk_without_any_provider_is_dead_lettered_no_provider() {
+    let s = store();
+    let body = oa_delta(0, Some("a"), Some("f"), "{}");
+    let mut input = chunk("c", "m", 0, &body);
+    input.provider = None;
+    assert_eq!(
+        s.apply(&input, 0).unwrap(),
+        Applied::DeadLettered {
+            reason: "no_provider".into()
+        }
+    );
+}
+
+#[test]
+fn the_provider_named_by_the_first_chunk_serves_the_rest_of_the_stream() {
+    let s = store();
+    let b = two_call_stream();
+    for (i, body) in b.iter().enumerate() {
+        let mut input = chunk("c", "m", i as u64, body);
+        if i > 0 {
+            input.provider = None;
+        }
+        assert!(matches!(
+            s.apply(&input, 0).unwrap(),
+            Applied::Accepted { .. }
+        ));
+    }
+    assert_eq!(
+        s.message_snapshot("c", "m").unwrap().unwrap().calls.len(),
+        2
+    );
+}
+
+#[test]
+fn a_result_that_arrives_before_its_call_is_matched_when_the_call_appears() {
+    let s = store();
+    let r = br#"{"tool_call_id":"call_a","output":"22C"}"#;
+    assert!(matches!(
+        s.apply(&result("c", "tools", 0, r), 0).unwrap(),
+        Applied::Accepted { events: 0 }
+    ));
+    for (i, body) in two_call_stream().iter().enumerate() {
+        let _ = s.apply(&chunk("c", "m", i as u64, body), 1).unwrap();
+    }
+    let ev = events(&s);
+    let matched = ev
+        .iter()
+        .find(|e| e.event_type == EventType::ToolResultCompleted)
+        .unwrap();
+    assert_eq!(
+        matched.message_id, "m",
+        "result events carry the CALL's message id"
+    );
+    assert_eq!(matched.tool_result.as_ref().unwrap().output, "22C");
+    let completed = ev
+        .iter()
+        .find(|e| e.event_type == EventType::MessageCompleted)
+        .unwrap();
+    assert_eq!(completed.tool_results.as_ref().unwrap().len(), 1);
+    // Past the grace period nothing is orphaned: it was matched.
+    assert_eq!(s.tick(10_000_000).unwrap(), 0);
+}
+
+#[test]
+fn streamed_results_are_assembled_by_appending() {
+    let s = store();
+    for (i, body) in two_call_stream().iter().enumerate() {
+        let _ = s.apply(&chunk("c", "m", i as u64, body), 0).unwrap();
+    }
+    let parts: [&[u8]; 3] = [
+        br#"{"tool_call_id":"call_b","delta":"12:"}"#,
+        br#"{"tool_call_id":"call_b","delta":"00"}"#,
+        br#"{"tool_call_id":"call_b","done":true}"#,
+    ];
+    for (i, p) in parts.iter().enumerate() {
+        let _ = s.apply(&result("c", "tools", i as u64, p), 1).unwrap();
+    }
+    let snap = s.message_snapshot("c", "m").unwrap().unwrap();
+    assert_eq!(snap.tool_results.len(), 1);
+    assert_eq!(snap.tool_results[0].output, "12:00");
+}
+
+#[test]
+fn a_result_whose_call_never_appears_is_orphaned_after_the_grace_period() {
+    let cfg = Config {
+        orphan_grace_ms: 500,
+        ..Config::default()
+    };
+    let s = Store::open_temporary(cfg).unwrap();
+    let r = br#"{"tool_call_id":"call_zzz","output":"x"}"#;
+    let _ = s.apply(&result("c", "tools", 0, r), 1_000).unwrap();
+    assert_eq!(s.tick(1_499).unwrap(), 0);
+    assert_eq!(s.tick(1_500).unwrap(), 1);
+    let ev = events(&s);
+    assert_eq!(ev[0].event_type, EventType::ToolResultOrphaned);
+    assert_eq!(ev[0].message_id, "tools");
+    assert_eq!(
+        s.message_snapshot("c", "tools")
+            .unwrap()
+            .unwrap()
+            .orphaned_results
+            .len(),
+        1
+    );
+    assert_eq!(s.tick(99_999).unwrap(), 0, "orphaned once");
+}
+
+#[test]
+fn an_idle_stream_abandons_its_open_calls_with_reason_timeout() {
+    let cfg = Config {
+        idle_timeout_ms: 1_000,
+        ..Config::default()
+    };
+    let s = Store::open_temporary(cfg).unwrap();
+    let b = two_call_stream();
+    let _ = s.apply(&chunk("c", "m", 0, &b[0]), 0).unwrap();
+    let _ = s.apply(&chunk("c", "m", 1, &b[1]), 500).unwrap();
+    assert_eq!(s.open_streams(), 1);
+    assert_eq!(s.tick(1_499).unwrap(), 0);
+    assert_eq!(s.tick(1_500).unwrap(), 2);
+    assert_eq!(s.open_streams(), 0);
+    assert_eq!(
+        types(&s),
+        vec![
+            "tool_call.started",
+            "tool_call.abandoned",
+            "message.completed"
+        ]
+    );
+    let ev = events(&s);
+    assert_eq!(ev[2].finish_reason.as_deref(), Some("timeout"));
+}
+
+#[test]
+fn control_end_abandons_open_calls_stream_ended() {
+    let s = store();
+    let b = two_call_stream();
+    let _ = s.apply(&chunk("c", "m", 0, &b[0]), 0).unwrap();
+    let mut end = chunk("c", "m", 1, b"");
+    end.control = Some(Control::End);
+    let _ = s.apply(&end, 0).unwrap();
+    let snap = s.message_snapshot("c", "m").unwrap().unwrap();
+    assert_eq!(snap.calls[0].status, CallStatus::Abandoned);
+    assert_eq!(snap.calls[0].reason.as_deref(), Some("stream_ended"));
+    assert_eq!(snap.finish_reason.as_deref(), Some("control_end"));
+}
+
+#[test]
+fn a_new_stream_past_the_open_stream_limit_is_dead_lettered_and_others_go_on() {
+    let cfg = Config {
+        max_open_streams: 1,
+        ..Config::default()
+    };
+    let s = Store::open_temporary(cfg).unwrap();
+    let b = two_call_stream();
+    let _ = s.apply(&chunk("c", "m1", 0, &b[0]), 0).unwrap();
+    assert_eq!(
+        s.apply(&chunk("c", "m2", 0, &b[0]), 0).unwrap(),
+        Applied::DeadLettered {
+            reason: "open_stream_limit".into()
+        }
+    );
+    for (i, body) in b.iter().enumerate().skip(1) {
+        assert!(matches!(
+            s.apply(&chunk("c", "m1", i as u64, body), 0).unwrap(),
+            Applied::Accepted { .. }
+        ));
+    }
+    assert!(matches!(
+        s.apply(&chunk("c", "m2", 0, &b[0]), 0).unwrap(),
+        Applied::Accepted { .. }
+    ));
+}
+
+#[test]
+fn transport_sequence_numbers_only_dedupe() {
+    let s = store();
+    let b = two_call_stream();
+    let seqs = [10u64, 13, 20, 21, 40, 41];
+    for (body, n) in b.iter().zip(seqs) {
+        let mut input = chunk("c", "m", 0, body);
+        input.seq = Seq::Transport(n);
+        assert!(matches!(
+            s.apply(&input, 0).unwrap(),
+            Applied::Accepted { .. }
+        ));
+    }
+    let mut again = chunk("c", "m", 0, &b[1]);
+    again.seq = Seq::Transport(13);
+    assert_eq!(s.apply(&again, 0).unwrap(), Applied::Duplicate);
+    assert_eq!(
+        s.message_snapshot("c", "m").unwrap().unwrap().calls.len(),
+        2
+    );
+}
+
+#[test]
+fn outbox_keys_keep_increasing_across_restarts_even_when_emptied() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = two_call_stream();
+    let last = {
+        let s = Store::open(dir.path(), Config::default()).unwrap();
+        for (i, body) in b.iter().enumerate() {
+            let _ = s.apply(&chunk("c", "m1", i as u64, body), 0).unwrap();
+        }
+        let rows = s.outbox_peek(100).unwrap();
+        for r in &rows {
+            s.outbox_remove(r.key).unwrap();
+        }
+        s.flush().unwrap();
+        assert_eq!(s.outbox_len(), 0);
+        rows.last().unwrap().key
+    };
+    let s = Store::open(dir.path(), Config::default()).unwrap();
+    assert_eq!(s.outbox_len(), 0);
+    let _ = s.apply(&chunk("c", "m2", 0, &b[0]), 0).unwrap();
+    let rows = s.outbox_peek(100).unwrap();
+    assert!(rows[0].key > last);
+    // The first message's chunks are still duplicates after the restart.
+    assert_eq!(
+        s.apply(&chunk("c", "m1", 2, &b[2]), 0).unwrap(),
+        Applied::Duplicate
+    );
+}
+
+#[test]
+fn an_open_message_survives_a_restart_with_its_argument_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = two_call_stream();
+    {
+        let s = Store::open(dir.path(), Config::default()).unwrap();
+        for (i, body) in b.iter().enumerate().take(3) {
+            let _ = s.apply(&chunk("c", "m", i as u64, body), 0).unwrap();
+        }
+        s.flush().unwrap();
+    }
+    let s = Store::open(dir.path(), Config::default()).unwrap();
+    assert_eq!(s.open_streams(), 1);
+    for (i, body) in b.iter().enumerate().skip(3) {
+        let _ = s.apply(&chunk("c", "m", i as u64, body), 0).unwrap();
+    }
+    let snap = s.message_snapshot("c", "m").unwrap().unwrap();
+    assert_eq!(snap.calls[0].tool_call.arguments, json!({"city":"Paris"}));
+}
+
+#[test]
+fn conversation_lists_messages_in_first_seen_order() {
+    let s = store();
+    let b = two_call_stream();
+    for m in ["zeta", "alpha", "mid"] {
+        for (i, body) in b.iter().enumerate() {
+            let _ = s.apply(&chunk("c", m, i as u64, body), 0).unwrap();
+        }
+    }
+    let ids: Vec<_> = s
+        .conversation("c")
+        .unwrap()
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(ids, vec!["zeta", "alpha", "mid"]);
+    assert!(s.conversation("other").unwrap().is_empty());
+    let _ = InputKind::Chunk;
+}
