@@ -330,3 +330,29 @@ fn parsing_a_tool_message_before_any_call_is_an_error() {
     let err = parse_history(HistoryFormat::OpenaiChat, &bad).unwrap_err();
     assert!(err.to_string().contains("function.name"), "{err}");
 }
+
+#[test]
+fn blank_results_never_become_empty_text_blocks() {
+    // Bedrock and Anthropic answer 400 "text content blocks must be non-empty".
+    let snap = snapshot(
+        "m1",
+        vec![call("c1", "f", 0, json!({})), call("c2", "g", 1, json!({}))],
+        vec![result("c1", ""), result("c2", "  ")],
+    );
+    let m = rendered(HistoryFormat::Bedrock, std::slice::from_ref(&snap));
+    assert_eq!(
+        m[1]["content"][0]["toolResult"]["content"],
+        json!([{"text": "[empty result]"}])
+    );
+    assert_eq!(
+        m[1]["content"][1]["toolResult"]["content"],
+        json!([{"text": "[empty result]"}])
+    );
+    let m = rendered(HistoryFormat::Anthropic, &[snap]);
+    assert_eq!(
+        m[1]["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "c1", "is_error": false})
+    );
+    let back = parse_history(HistoryFormat::Anthropic, &m).unwrap();
+    assert_eq!(back[0].tool_results[0].output, "");
+}

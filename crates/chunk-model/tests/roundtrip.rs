@@ -7,6 +7,7 @@
 //!   Ollama have no error flag on a result.
 //! - ids: compared after mapping (a valid, unique id is unchanged). Gemini drops synthetic ids
 //!   (never sent upstream) and Ollama has no ids: parsed calls get fresh synthetic ids.
+//! - blank results: Bedrock sends `[empty result]` (it rejects blank text blocks).
 //! - metadata: only Gemini `thoughtSignature` travels, and a fitting Responses `item_id` when
 //!   `send_item_ids` is on (off by default, see `HistoryOptions::send_item_ids`).
 
@@ -152,13 +153,19 @@ fn keeps_error_flag(f: HistoryFormat) -> bool {
     )
 }
 
-/// The output each original call should come back with (its result or the placeholder).
-fn expected_output(snap: &MessageSnapshot, call_id: &str) -> (String, bool) {
-    snap.tool_results
+/// The output each original call should come back with (its result or the placeholder;
+/// Bedrock sends a blank result as `[empty result]`).
+fn expected_output(format: HistoryFormat, snap: &MessageSnapshot, call_id: &str) -> (String, bool) {
+    let (out, err) = snap
+        .tool_results
         .iter()
         .find(|r| r.tool_call_id == call_id)
         .map(|r| (r.output.clone(), r.is_error))
-        .unwrap_or_else(|| ("[No result recorded]".to_string(), false))
+        .unwrap_or_else(|| ("[No result recorded]".to_string(), false));
+    if format == HistoryFormat::Bedrock && out.trim().is_empty() {
+        return ("[empty result]".to_string(), err);
+    }
+    (out, err)
 }
 
 fn check_format(format: HistoryFormat, original: &[MessageSnapshot]) -> Result<(), TestCaseError> {
@@ -224,7 +231,7 @@ fn check_format(format: HistoryFormat, original: &[MessageSnapshot]) -> Result<(
                 k,
                 k
             );
-            let (out, err) = expected_output(orig, &o.id);
+            let (out, err) = expected_output(format, orig, &o.id);
             prop_assert_eq!(&r.output, &out, "{}: output", format);
             if keeps_error_flag(format) {
                 prop_assert_eq!(r.is_error, err, "{}: is_error", format);

@@ -11,6 +11,8 @@
 //! (the API requires every `tool_use` to be answered in the next message). Text is always a
 //! block list so that consecutive same-role messages merge (see
 //! [`super::merge_roles`]). `input` must be an object: see [`EncCall::arguments_object`].
+//! An empty result omits `content` (optional in the API) rather than risk an empty text
+//! block, which the API rejects ("text content blocks must be non-empty").
 //! Lossy by nature: provider metadata; the `{"value": v}` wrapping of non-object arguments.
 
 use super::parse::{content_text, str_at, Builder, HistoryParseError};
@@ -46,12 +48,15 @@ pub fn results(results: &[EncResult<'_>]) -> Vec<Value> {
     let content: Vec<Value> = results
         .iter()
         .map(|r| {
-            json!({
+            let mut block = json!({
                 "type": "tool_result",
                 "tool_use_id": r.id,
-                "content": r.output,
                 "is_error": r.is_error,
-            })
+            });
+            if let (false, Some(obj)) = (r.output.is_empty(), block.as_object_mut()) {
+                obj.insert("content".to_string(), Value::String(r.output.clone()));
+            }
+            block
         })
         .collect();
     vec![json!({"role": "user", "content": content})]

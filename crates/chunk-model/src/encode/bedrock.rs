@@ -8,8 +8,11 @@
 //! ```
 //!
 //! Like Anthropic: all results of a turn in one user message, roles merged so they alternate.
-//! `status` carries the error flag (`success` / `error`). Lossy by nature: provider metadata;
-//! the `{"value": v}` wrapping of non-object arguments.
+//! `status` carries the error flag (`success` / `error`). Converse rejects blank text blocks
+//! ("text content blocks must be non-empty"), so a blank result is sent as
+//! [`EMPTY_RESULT_TEXT`]. Lossy by nature: that substitution; provider metadata; the
+//! `{"value": v}` wrapping of non-object arguments. (The request must also carry `toolConfig`
+//! when its history holds `toolUse`/`toolResult` blocks: the caller's part.)
 
 use super::parse::{content_text, str_at, Builder, HistoryParseError};
 use super::{EncCall, EncResult, HistoryFormat, Role};
@@ -18,6 +21,9 @@ use crate::snapshot::MessageSnapshot;
 use serde_json::{json, Map, Value};
 
 const FORMAT: HistoryFormat = HistoryFormat::Bedrock;
+
+/// The text sent for a blank (empty or whitespace-only) result.
+pub const EMPTY_RESULT_TEXT: &str = "[empty result]";
 
 /// The assistant message: an optional text block, then one `toolUse` block per call.
 pub fn calls(text: Option<&str>, calls: &[EncCall<'_>]) -> Vec<Value> {
@@ -43,9 +49,14 @@ pub fn results(results: &[EncResult<'_>]) -> Vec<Value> {
     let content: Vec<Value> = results
         .iter()
         .map(|r| {
+            let text = if r.output.trim().is_empty() {
+                EMPTY_RESULT_TEXT
+            } else {
+                r.output.as_str()
+            };
             json!({"toolResult": {
                 "toolUseId": r.id,
-                "content": [{"text": r.output}],
+                "content": [{ "text": text }],
                 "status": if r.is_error { "error" } else { "success" },
             }})
         })
