@@ -1,1 +1,205 @@
-//! JetStream relay (being built).
+//! The outbox relay to JetStream, one round at a time.
+//!
+//! A round peeks the oldest outbox rows, publishes them pipelined (all sent, then every PubAck
+//! awaited in order), and deletes exactly the rows whose PubAck arrived. Event rows go to
+//! `<prefix>.events.<conv>.<msg>`, dead letters to `<prefix>.dlq.<conv>.<msg>`, each with
+//! `Nats-Msg-Id` = the row's `msg_id` plus the row's own headers. A PubAck marked
+//! `duplicate` is success: the stream already holds that event (a re-publish after a crash
+//! between PubAck and delete). A row is never deleted before its PubAck, so a crash anywhere
+//! loses nothing, and the stream's duplicate window keeps a re-publish from showing twice.
+//!
+//! The loop around rounds (wake-ups, backoff, shutdown) lives in the worker.
+
+use assembler::{OutboxEntry, OutboxKind, StoreError};
+use async_nats::jetstream::context::{PublishAckFuture, PublishError};
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::Context;
+use async_nats::HeaderMap;
+use std::sync::Arc;
+
+/// What the relay needs from the store: the oldest rows, and deleting rows. Blocking calls;
+/// the relay runs them on the blocking pool.
+pub trait Outbox: Send + Sync + 'static {
+    /// Up to `limit` oldest rows, oldest first.
+    fn peek(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError>;
+    /// Deletes the rows with these keys (missing keys are fine).
+    fn remove(&self, keys: &[u64]) -> Result<(), StoreError>;
+}
+
+impl Outbox for assembler::Store {
+    fn peek(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        self.outbox_peek(limit)
+    }
+
+    fn remove(&self, keys: &[u64]) -> Result<(), StoreError> {
+        for key in keys {
+            self.outbox_remove(*key)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a round stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// Reading or deleting outbox rows failed.
+    #[error("outbox: {0}")]
+    Store(#[from] StoreError),
+    /// Sending a publish failed (not connected, client closed, payload too large).
+    #[error("publish to {subject}: {source}")]
+    Send {
+        /// Where it was going.
+        subject: String,
+        /// async-nats' error.
+        source: PublishError,
+    },
+    /// No (or a negative) PubAck arrived.
+    #[error("no PubAck for {msg_id} on {subject}: {source}")]
+    Ack {
+        /// Where it went.
+        subject: String,
+        /// Its `Nats-Msg-Id`.
+        msg_id: String,
+        /// async-nats' error.
+        source: PublishError,
+    },
+    /// The blocking store task panicked or was cancelled.
+    #[error("store task: {0}")]
+    Join(String),
+}
+
+/// What one round did.
+#[must_use]
+#[derive(Debug, Default)]
+pub struct Round {
+    /// Event rows confirmed and deleted.
+    pub events: usize,
+    /// Dead-letter rows confirmed and deleted.
+    pub dead_letters: usize,
+    /// Of those, PubAcks marked `duplicate` (already in the stream).
+    pub duplicates: usize,
+    /// The peek was full: more rows are probably waiting.
+    pub more: bool,
+    /// Why the round stopped early, if it did. Confirmed rows were still deleted.
+    pub error: Option<RelayError>,
+}
+
+/// Publishes outbox rows to JetStream.
+#[derive(Debug, Clone)]
+pub struct Relay {
+    js: Context,
+    prefix: String,
+    batch: usize,
+}
+
+impl Relay {
+    /// A relay publishing under `prefix`, at most `batch` rows per round.
+    pub fn new(js: Context, prefix: &str, batch: usize) -> Relay {
+        Relay {
+            js,
+            prefix: prefix.to_string(),
+            batch: batch.max(1),
+        }
+    }
+
+    /// The subject a row is published to.
+    pub fn subject(&self, row: &OutboxEntry) -> String {
+        let kind = match row.kind {
+            OutboxKind::Event => "events",
+            OutboxKind::DeadLetter => "dlq",
+        };
+        format!(
+            "{}.{kind}.{}.{}",
+            self.prefix, row.conversation_id, row.message_id
+        )
+    }
+
+    /// Runs one round against `outbox` (see the module docs).
+    pub async fn round<O: Outbox>(&self, outbox: &Arc<O>) -> Round {
+        let mut round = Round::default();
+        let limit = self.batch;
+        let peeked = {
+            let o = Arc::clone(outbox);
+            tokio::task::spawn_blocking(move || o.peek(limit)).await
+        };
+        let rows = match peeked {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(e)) => {
+                round.error = Some(e.into());
+                return round;
+            }
+            Err(e) => {
+                round.error = Some(RelayError::Join(e.to_string()));
+                return round;
+            }
+        };
+        if rows.is_empty() {
+            return round;
+        }
+        round.more = rows.len() >= limit;
+
+        // Send everything first (pipelined), stop at the first send error.
+        let mut pending: Vec<(&OutboxEntry, String, PublishAckFuture)> =
+            Vec::with_capacity(rows.len());
+        for row in &rows {
+            let subject = self.subject(row);
+            let mut headers = HeaderMap::new();
+            for (name, value) in &row.headers {
+                headers.insert(name.as_str(), value.as_str());
+            }
+            let publish = PublishMessage::build()
+                .headers(headers)
+                .message_id(&row.msg_id)
+                .payload(row.payload.clone().into());
+            match self.js.send_publish(subject.clone(), publish).await {
+                Ok(ack) => pending.push((row, subject, ack)),
+                Err(source) => {
+                    round.error = Some(RelayError::Send { subject, source });
+                    break;
+                }
+            }
+        }
+
+        // Await every PubAck in order; keep the keys of the confirmed rows.
+        let mut confirmed = Vec::with_capacity(pending.len());
+        for (row, subject, ack) in pending {
+            match ack.await {
+                Ok(ack) => {
+                    if ack.duplicate {
+                        round.duplicates += 1;
+                    }
+                    match row.kind {
+                        OutboxKind::Event => round.events += 1,
+                        OutboxKind::DeadLetter => round.dead_letters += 1,
+                    }
+                    confirmed.push(row.key);
+                }
+                Err(source) => {
+                    tracing::warn!(%subject, msg_id = %row.msg_id, error = %source, "publish not confirmed; will retry");
+                    if round.error.is_none() {
+                        round.error = Some(RelayError::Ack {
+                            subject,
+                            msg_id: row.msg_id.clone(),
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+
+        if !confirmed.is_empty() {
+            let o = Arc::clone(outbox);
+            let removed = tokio::task::spawn_blocking(move || o.remove(&confirmed)).await;
+            let err = match removed {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(RelayError::Store(e)),
+                Err(e) => Some(RelayError::Join(e.to_string())),
+            };
+            if let Some(e) = err {
+                // The rows stay and are re-published; the duplicate window drops them.
+                round.error.get_or_insert(e);
+            }
+        }
+        round
+    }
+}

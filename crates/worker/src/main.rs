@@ -13,9 +13,18 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod config;
+mod connect;
+mod consume;
+mod duration;
+mod metrics;
+mod provision;
 mod publish;
+mod relay_task;
 mod replay;
 mod run;
+mod shutdown;
+mod subjects;
 mod tail;
 
 /// Turns streamed LLM tool-call chunks into complete, consistent tool-call events.

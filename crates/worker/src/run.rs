@@ -1,10 +1,208 @@
-//! `toolstream run` (being built).
+//! `toolstream run`: wires config → tracing → store → NATS connection → provisioning → the
+//! consume loop, the outbox relay, the query service and the HTTP endpoint, then waits for the
+//! one shutdown path.
+//!
+//! Shutdown order (SIGINT/SIGTERM): stop fetching and finish the batch in hand (the consume
+//! loop), flush sled, drain the outbox for at most `relay.shutdown_timeout`, stop the query
+//! service and HTTP, flush the NATS client. Whatever is left in the outbox is published on the
+//! next start.
 
-/// Arguments of `toolstream run`.
-#[derive(Debug, clap::Args)]
-pub struct RunArgs {}
+use crate::config::{Config, LogFormat};
+use crate::consume::ConsumeLoop;
+use crate::metrics::Metrics;
+use crate::provision::{self, ProvisionError};
+use crate::relay_task::{Drained, RelayTask};
+use crate::shutdown::{self, Shutdown};
+use crate::subjects::Subjects;
+use anyhow::Context as _;
+use assembler::Store;
+use async_nats::jetstream;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
 
-/// Runs the worker.
-pub fn main(_args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("run is not built yet")
+pub use crate::config::RunArgs;
+
+/// Placeholder for `crate::http::Health` until http.rs compiles.
+#[derive(Debug, Default)]
+struct HealthStub;
+
+impl HealthStub {
+    fn set_store_open(&self, _: bool) {}
+    fn set_nats_connected(&self, _: bool) {}
+}
+
+/// Runs the command.
+pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let print = args.print_config;
+    let config = args.resolve()?;
+    if print {
+        print!("{}", toml::to_string_pretty(&config)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    init_tracing(config.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("toolstream")
+        .build()
+        .context("start the tokio runtime")?;
+    runtime.block_on(run(config))
+}
+
+/// Logs to stderr, human or JSON; level from `RUST_LOG` (default `info`).
+fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+/// Provisions, retrying transient failures (server not up yet) until shutdown.
+async fn provision_until_ready(
+    js: &jetstream::Context,
+    config: &Config,
+    subjects: &Subjects,
+    shutdown: &mut Shutdown,
+) -> anyhow::Result<Option<jetstream::consumer::PullConsumer>> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match provision::provision(js, config, subjects).await {
+            Ok(consumer) => return Ok(Some(consumer)),
+            Err(ProvisionError::Fatal(e)) => return Err(e.context("provisioning JetStream")),
+            Err(ProvisionError::Transient(e)) => {
+                tracing::warn!(error = %format!("{e:#}"), "provisioning not possible yet; retrying");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.wait() => return Ok(None),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// The worker, from an effective configuration to a clean exit.
+pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
+    let (trigger, mut shutdown) = shutdown::channel();
+    shutdown::listen_for_signals(trigger.clone());
+
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(HealthStub::default());
+
+    let store_dir = config.store_dir();
+    let store = {
+        let dir = store_dir.clone();
+        let cfg = config.assembler.clone();
+        tokio::task::spawn_blocking(move || Store::open(&dir, cfg))
+            .await
+            .context("open the store")?
+            .with_context(|| format!("open the store in {}", store_dir.display()))?
+    };
+    let store = Arc::new(store);
+    health.set_store_open(true);
+    tracing::info!(dir = %store_dir.display(), "store open");
+
+    let subjects = Subjects::new(&config.subject_prefix);
+    let client_name = format!(
+        "toolstream-{}-p{}",
+        config.consumer.name, config.consumer.partition
+    );
+    let hook_health = Arc::clone(&health);
+    let hook: crate::connect::EventHook = Arc::new(move |event: &async_nats::Event| match event {
+        async_nats::Event::Connected => hook_health.set_nats_connected(true),
+        async_nats::Event::Disconnected | async_nats::Event::Closed => {
+            hook_health.set_nats_connected(false)
+        }
+        _ => {}
+    });
+    let client = crate::connect::connect(&config, &client_name, Some(hook)).await?;
+    if client.connection_state() == async_nats::connection::State::Connected {
+        health.set_nats_connected(true);
+    }
+    let js = jetstream::new(client.clone());
+    tracing::info!(url = %config.nats_url, "NATS client started");
+
+    let Some(consumer) = provision_until_ready(&js, &config, &subjects, &mut shutdown).await?
+    else {
+        tracing::info!("shutdown before provisioning finished");
+        return Ok(ExitCode::SUCCESS);
+    };
+    tracing::info!(
+        input = %config.streams.input,
+        events = %config.streams.events,
+        dlq = %config.streams.dlq,
+        consumer = %provision::consumer_name(&config),
+        "JetStream ready"
+    );
+
+    // The relay stops on its own signal, given only after the last batch is durable.
+    let (relay_stop, relay_stop_rx) = shutdown::channel();
+    let relay_wake = Arc::new(Notify::new());
+    let relay = RelayTask {
+        relay: sink::jetstream::Relay::new(js.clone(), &config.subject_prefix, config.relay.batch),
+        store: Arc::clone(&store),
+        wake: Arc::clone(&relay_wake),
+        metrics: Arc::clone(&metrics),
+        interval: config.relay.interval.get(),
+        drain_timeout: config.relay.shutdown_timeout.get(),
+    };
+    let relay_handle = tokio::spawn(relay.run(relay_stop_rx));
+
+    // HTTP CALL SITE: `crate::http::serve(config.metrics_listen, metrics, store, health,
+    // shutdown.receiver())` (W2's http.rs) is spawned here once http.rs compiles.
+    let http_handle = tokio::spawn(async { Ok::<(), anyhow::Error>(()) });
+
+    // QUERY SERVICE CALL SITE: `crate::query::serve(...)` (W2's query.rs) is started here once
+    // its signature has landed; it takes the client, the store, the prefix and
+    // `shutdown.receiver()`.
+
+    let consume = ConsumeLoop {
+        store: Arc::clone(&store),
+        js: js.clone(),
+        subjects: subjects.clone(),
+        metrics: Arc::clone(&metrics),
+        relay_wake: Arc::clone(&relay_wake),
+        config: config.consumer.clone(),
+    };
+    let consume_handle = tokio::spawn(consume.run(consumer, shutdown.clone()));
+
+    // Wait for the one shutdown path (or a task that should never end).
+    let consume_result = consume_handle.await;
+    if let Err(e) = &consume_result {
+        tracing::error!(error = %e, "consume loop failed");
+    }
+    trigger.trigger();
+
+    // The batch in hand is finished; make everything durable before draining.
+    let flush_store = Arc::clone(&store);
+    match tokio::task::spawn_blocking(move || flush_store.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "final flush failed"),
+        Err(e) => tracing::error!(error = %e, "final flush task failed"),
+    }
+    relay_stop.trigger();
+    let drained = relay_handle.await.unwrap_or(Drained::Incomplete);
+
+    match http_handle.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %format!("{e:#}"), "http endpoint stopped with an error")
+        }
+        Err(e) => tracing::warn!(error = %e, "http task failed"),
+    }
+    health.set_store_open(false);
+    if let Err(e) = client.flush().await {
+        tracing::warn!(error = %e, "final client flush failed");
+    }
+    tracing::info!(?drained, "stopped");
+    if consume_result.is_err() {
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }

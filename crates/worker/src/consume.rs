@@ -1,0 +1,627 @@
+//! The consume loop of design.md: fetch a batch → parse subject and headers into assembler
+//! inputs → apply each (one sled transaction each) → ONE flush → ack the batch → wake the relay.
+//!
+//! Every message gets exactly one of these decisions ([`Disposition`]), made once:
+//! - applied, duplicate or parked → `Ack` after the flush;
+//! - dead-lettered by the store (undecodable, no provider, over a limit) → `Term` after the
+//!   flush (the dead letter is already a durable outbox row the relay publishes);
+//! - not attributable (bad subject) or bad headers → published straight to the DLQ, PubAck
+//!   awaited, then `Term`;
+//! - a storage error, a failed flush, or a failed DLQ publish → `Nak` with a delay (retried; the
+//!   consumer's `max_deliver` bounds the retries).
+//!
+//! Timeouts (`Store::tick`) run in the same task between batches, so one task writes the store.
+
+use crate::config::ConsumerConfig;
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+use crate::subjects::Subjects;
+use assembler::{Applied, Control, Input, InputKind, Origin, Seq, Store, StoreError};
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::{self, AckKind};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use chunk_model::Provider;
+use futures::{FutureExt, StreamExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::Notify;
+
+/// Header naming the provider format of a chunk stream.
+pub const HEADER_PROVIDER: &str = "Toolstream-Provider";
+/// Header carrying the producer's 0-based chunk number.
+pub const HEADER_SEQ: &str = "Toolstream-Seq";
+/// Header carrying an explicit end of stream: `end` or `error`.
+pub const HEADER_CONTROL: &str = "Toolstream-Control";
+/// Dead-letter header: why.
+pub const HEADER_REASON: &str = "Toolstream-Reason";
+/// Dead-letter header: the subject the input arrived on (same name as the store's dead letters).
+pub const HEADER_ORIGINAL_SUBJECT: &str = "Toolstream-Subject";
+/// Dead-letter header: the input stream sequence of the input.
+pub const HEADER_ORIGINAL_SEQ: &str = "Toolstream-Stream-Seq";
+
+/// Wall-clock milliseconds since the Unix epoch (the assembler's clock; it survives restarts).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// One input message, owned, ready to be lent to [`Store::apply`] as an [`Input`].
+#[derive(Debug, Clone)]
+pub struct OwnedInput {
+    /// Chunk or result.
+    pub kind: InputKind,
+    /// `<conv>` token.
+    pub conversation_id: String,
+    /// `<msg>` token.
+    pub message_id: String,
+    /// Parsed `Toolstream-Provider`.
+    pub provider: Option<Provider>,
+    /// Producer or transport sequence.
+    pub seq: Seq,
+    /// Parsed `Toolstream-Control`.
+    pub control: Option<Control>,
+    /// The raw body.
+    pub body: Bytes,
+    /// Subject and stream sequence.
+    pub origin: Origin,
+}
+
+impl OwnedInput {
+    /// Borrowed view for the store.
+    pub fn as_input(&self) -> Input<'_> {
+        Input {
+            kind: self.kind,
+            conversation_id: &self.conversation_id,
+            message_id: &self.message_id,
+            provider: self.provider,
+            seq: self.seq,
+            control: self.control.clone(),
+            body: &self.body,
+            origin: Some(self.origin.clone()),
+        }
+    }
+}
+
+/// A message that must go straight to the dead-letter subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// The DLQ subject (`<prefix>.dlq.<conv>.<msg>` or `<prefix>.dlq.unroutable`).
+    pub dlq_subject: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Looks a header up by name, ignoring ASCII case (producers are not always careful).
+fn header<'h>(headers: Option<&'h HeaderMap>, name: &str) -> Option<&'h str> {
+    let headers = headers?;
+    if let Some(v) = headers.get(name) {
+        return Some(v.as_str());
+    }
+    headers
+        .iter()
+        .find(|(k, _)| k.to_string().eq_ignore_ascii_case(name))
+        .and_then(|(_, values)| values.first())
+        .map(|v| v.as_str())
+}
+
+/// Turns subject, headers and body into an input, or says why it must be dead-lettered.
+pub fn parse_message(
+    subjects: &Subjects,
+    subject: &str,
+    headers: Option<&HeaderMap>,
+    body: &Bytes,
+    stream_seq: u64,
+) -> Result<OwnedInput, Rejected> {
+    let parsed = subjects.parse_input(subject).map_err(|e| Rejected {
+        dlq_subject: subjects.dlq_unroutable(),
+        reason: format!("unroutable_subject: {e}"),
+    })?;
+    let reject = |reason: String| Rejected {
+        dlq_subject: subjects.dlq(parsed.conversation_id, parsed.message_id),
+        reason,
+    };
+    let provider = match header(headers, HEADER_PROVIDER).map(str::trim) {
+        None | Some("") => None,
+        Some(name) => Some(
+            Provider::parse(name).ok_or_else(|| reject(format!("unknown_provider: {name:?}")))?,
+        ),
+    };
+    let seq = match header(headers, HEADER_SEQ).map(str::trim) {
+        None | Some("") => Seq::Transport(stream_seq),
+        Some(text) => Seq::Producer(text.parse::<u64>().map_err(|_| {
+            reject(format!(
+                "bad_seq: {HEADER_SEQ} {text:?} is not a non-negative integer"
+            ))
+        })?),
+    };
+    let control = match header(headers, HEADER_CONTROL).map(str::trim) {
+        None | Some("") => None,
+        Some(c) if c.eq_ignore_ascii_case("end") => Some(Control::End),
+        Some(c) if c.eq_ignore_ascii_case("error") => {
+            let reason = String::from_utf8_lossy(body).trim().to_string();
+            Some(Control::Error(if reason.is_empty() {
+                "producer_error".to_string()
+            } else {
+                reason
+            }))
+        }
+        Some(other) => {
+            return Err(reject(format!(
+                "bad_control: {HEADER_CONTROL} {other:?} (expected end or error)"
+            )))
+        }
+    };
+    Ok(OwnedInput {
+        kind: parsed.kind,
+        conversation_id: parsed.conversation_id.to_string(),
+        message_id: parsed.message_id.to_string(),
+        provider,
+        seq,
+        control,
+        body: body.clone(),
+        origin: Origin {
+            subject: subject.to_string(),
+            stream_seq,
+        },
+    })
+}
+
+/// What happens to one delivered message, decided once.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Durable (applied, duplicate or parked): ack.
+    Ack,
+    /// Dead-lettered durably: terminate, never redeliver.
+    Term,
+    /// Not durable (storage error, flush failed, DLQ publish failed): redeliver later.
+    NakDelay,
+}
+
+impl Disposition {
+    /// The decision for an apply outcome, given whether the batch flush succeeded.
+    pub fn after_apply(applied: &Result<Applied, StoreError>, flushed: bool) -> Disposition {
+        match (applied, flushed) {
+            (_, false) | (Err(_), _) => Disposition::NakDelay,
+            (Ok(Applied::DeadLettered { .. }), true) => Disposition::Term,
+            (Ok(_), true) => Disposition::Ack,
+        }
+    }
+}
+
+/// Everything the loop needs.
+pub struct ConsumeLoop {
+    /// The store (single writer: this loop).
+    pub store: Arc<Store>,
+    /// For DLQ publishes of rejected messages.
+    pub js: jetstream::Context,
+    /// Subject names.
+    pub subjects: Subjects,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Woken after every flush that may have added outbox rows.
+    pub relay_wake: Arc<Notify>,
+    /// Batch size, expiry, delays.
+    pub config: ConsumerConfig,
+}
+
+struct Work {
+    msg: jetstream::Message,
+    parsed: Result<OwnedInput, Rejected>,
+}
+
+struct BatchResult {
+    outcomes: Vec<Result<Applied, StoreError>>,
+    flushed: bool,
+    apply_time: Duration,
+    flush_time: Duration,
+}
+
+impl ConsumeLoop {
+    /// Runs until `shutdown`; finishes the batch in hand, then naks what was prefetched so it
+    /// is redelivered at once to whoever consumes next.
+    pub async fn run(self, consumer: PullConsumer, mut shutdown: Shutdown) {
+        let mut tick = tokio::time::interval(self.config.tick_interval.get());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut messages = None;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if shutdown.is_triggered() {
+                break;
+            }
+            let stream = match messages.as_mut() {
+                Some(s) => s,
+                None => match self.open(&consumer).await {
+                    Ok(s) => {
+                        backoff = Duration::from_millis(100);
+                        messages.insert(s)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot start pulling messages; retrying");
+                        tokio::select! {
+                            _ = shutdown.wait() => break,
+                            _ = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                },
+            };
+            tokio::select! {
+                biased;
+                _ = shutdown.wait() => break,
+                _ = tick.tick() => self.tick().await,
+                next = stream.next() => match next {
+                    Some(Ok(first)) => {
+                        let mut batch = vec![first];
+                        while batch.len() < self.config.batch_size {
+                            match stream.next().now_or_never() {
+                                Some(Some(Ok(m))) => batch.push(m),
+                                Some(Some(Err(e))) => {
+                                    tracing::debug!(error = %e, "pull stream status");
+                                    break;
+                                }
+                                Some(None) | None => break,
+                            }
+                        }
+                        self.process(batch).await;
+                    }
+                    Some(Err(e)) => {
+                        // missing heartbeats while the server restarts, etc.: the stream
+                        // re-issues its pull requests itself
+                        tracing::debug!(error = %e, "pull stream error");
+                    }
+                    None => {
+                        tracing::warn!("pull stream ended; re-opening");
+                        messages = None;
+                    }
+                },
+            }
+        }
+        if let Some(stream) = messages.as_mut() {
+            let mut returned = 0usize;
+            while let Some(Some(Ok(m))) = stream.next().now_or_never() {
+                let _ = m.ack_with(AckKind::Nak(None)).await;
+                returned += 1;
+            }
+            if returned > 0 {
+                tracing::info!(returned, "returned prefetched messages for redelivery");
+            }
+        }
+        tracing::info!("consume loop stopped");
+    }
+
+    async fn open(
+        &self,
+        consumer: &PullConsumer,
+    ) -> anyhow::Result<async_nats::jetstream::consumer::pull::Stream> {
+        let expires = self.config.fetch_expiry.get();
+        let stream = consumer
+            .stream()
+            .max_messages_per_batch(self.config.batch_size)
+            .expires(expires)
+            .heartbeat(expires / 4)
+            .messages()
+            .await?;
+        Ok(stream)
+    }
+
+    /// Runs timeouts and flushes what they wrote.
+    async fn tick(&self) {
+        let store = Arc::clone(&self.store);
+        let now = now_ms();
+        let result = tokio::task::spawn_blocking(move || {
+            let changed = store.tick(now)?;
+            if changed > 0 {
+                store.flush()?;
+            }
+            Ok::<usize, StoreError>(changed)
+        })
+        .await;
+        match result {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => {
+                tracing::debug!(streams = n, "timeouts applied");
+                self.relay_wake.notify_one();
+            }
+            Ok(Err(e)) => {
+                Metrics::add(&self.metrics.store_errors, 1);
+                tracing::error!(error = %e, "tick failed; will retry");
+            }
+            Err(e) => tracing::error!(error = %e, "tick task failed"),
+        }
+    }
+
+    /// One batch: parse, apply, flush once, then settle every message.
+    async fn process(&self, batch: Vec<jetstream::Message>) {
+        let mut work = Vec::with_capacity(batch.len());
+        for msg in batch {
+            let stream_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+            let parsed = parse_message(
+                &self.subjects,
+                msg.subject.as_str(),
+                msg.headers.as_ref(),
+                &msg.payload,
+                stream_seq,
+            );
+            match parsed.as_ref().map(|p| p.kind) {
+                Ok(InputKind::Result) => Metrics::add(&self.metrics.results_in, 1),
+                _ => Metrics::add(&self.metrics.chunks_in, 1),
+            }
+            work.push(Work { msg, parsed });
+        }
+
+        let inputs: Vec<OwnedInput> = work
+            .iter()
+            .filter_map(|w| w.parsed.as_ref().ok().cloned())
+            .collect();
+        let result = if inputs.is_empty() {
+            BatchResult {
+                outcomes: Vec::new(),
+                flushed: true,
+                apply_time: Duration::ZERO,
+                flush_time: Duration::ZERO,
+            }
+        } else {
+            let store = Arc::clone(&self.store);
+            let n = inputs.len();
+            match tokio::task::spawn_blocking(move || apply_batch(&store, &inputs)).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "apply task failed");
+                    BatchResult {
+                        outcomes: (0..n)
+                            .map(|_| {
+                                Err(StoreError::Corrupt {
+                                    space: "worker",
+                                    detail: "apply task failed".to_string(),
+                                })
+                            })
+                            .collect(),
+                        flushed: false,
+                        apply_time: Duration::ZERO,
+                        flush_time: Duration::ZERO,
+                    }
+                }
+            }
+        };
+        Metrics::add(&self.metrics.batches, 1);
+        self.metrics.batch_apply.observe(result.apply_time);
+        self.metrics.batch_flush.observe(result.flush_time);
+
+        let mut outcomes = result.outcomes.into_iter();
+        let nak_delay = self.config.nak_delay.get();
+        let mut any_durable = false;
+        for w in work {
+            let disposition = match &w.parsed {
+                Ok(input) => {
+                    let outcome = outcomes.next().unwrap_or_else(|| {
+                        Err(StoreError::Corrupt {
+                            space: "worker",
+                            detail: "not applied".to_string(),
+                        })
+                    });
+                    self.count(&outcome, input);
+                    if outcome.is_ok() && result.flushed {
+                        any_durable = true;
+                    }
+                    Disposition::after_apply(&outcome, result.flushed)
+                }
+                Err(rejected) => self.dead_letter_now(&w.msg, rejected).await,
+            };
+            let kind = match disposition {
+                Disposition::Ack => AckKind::Ack,
+                Disposition::Term => AckKind::Term,
+                Disposition::NakDelay => AckKind::Nak(Some(nak_delay)),
+            };
+            if let Err(e) = w.msg.ack_with(kind).await {
+                // A lost ack means a redelivery, which the store recognizes as a duplicate.
+                tracing::warn!(error = %e, "ack not sent");
+            }
+        }
+        if any_durable {
+            self.relay_wake.notify_one();
+        }
+    }
+
+    fn count(&self, outcome: &Result<Applied, StoreError>, input: &OwnedInput) {
+        let m = &self.metrics;
+        match outcome {
+            Ok(Applied::Accepted { .. }) => {}
+            Ok(Applied::Duplicate) => Metrics::add(&m.duplicates, 1),
+            Ok(Applied::Parked) => Metrics::add(&m.parked, 1),
+            Ok(Applied::DeadLettered { reason }) => {
+                Metrics::add(&m.dead_letters, 1);
+                tracing::warn!(
+                    conversation_id = %input.conversation_id,
+                    message_id = %input.message_id,
+                    subject = %input.origin.subject,
+                    stream_seq = input.origin.stream_seq,
+                    %reason,
+                    "input dead-lettered"
+                );
+            }
+            Err(e) => {
+                Metrics::add(&m.store_errors, 1);
+                tracing::error!(
+                    conversation_id = %input.conversation_id,
+                    message_id = %input.message_id,
+                    error = %e,
+                    "storage error; input will be redelivered"
+                );
+            }
+        }
+    }
+
+    /// Publishes a rejected message to its DLQ subject and waits for the PubAck.
+    async fn dead_letter_now(&self, msg: &jetstream::Message, rejected: &Rejected) -> Disposition {
+        let stream_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+        let mut headers = HeaderMap::new();
+        headers.insert(HEADER_REASON, rejected.reason.as_str());
+        headers.insert(HEADER_ORIGINAL_SUBJECT, msg.subject.as_str());
+        headers.insert(HEADER_ORIGINAL_SEQ, stream_seq.to_string().as_str());
+        let publish = PublishMessage::build()
+            .headers(headers)
+            .message_id(format!("dlq:in:{stream_seq}"))
+            .payload(msg.payload.clone());
+        tracing::warn!(
+            subject = %msg.subject,
+            stream_seq,
+            reason = %rejected.reason,
+            dlq = %rejected.dlq_subject,
+            "input rejected before assembly"
+        );
+        let sent = match self
+            .js
+            .send_publish(rejected.dlq_subject.clone(), publish)
+            .await
+        {
+            Ok(ack) => ack.await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match sent {
+            Ok(()) => {
+                Metrics::add(&self.metrics.dead_letters, 1);
+                Disposition::Term
+            }
+            Err(e) => {
+                Metrics::add(&self.metrics.publish_errors, 1);
+                tracing::warn!(error = %e, "dead-letter publish failed; message will be redelivered");
+                Disposition::NakDelay
+            }
+        }
+    }
+}
+
+/// Applies inputs in order (one transaction each), stopping at the first storage error, then
+/// flushes once if anything was applied. Blocking.
+fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
+    let started = Instant::now();
+    let mut outcomes = Vec::with_capacity(inputs.len());
+    let now = now_ms();
+    for input in inputs {
+        let span = tracing::debug_span!(
+            "apply",
+            conversation_id = %input.conversation_id,
+            message_id = %input.message_id,
+            stream_seq = input.origin.stream_seq
+        );
+        let _guard = span.enter();
+        let outcome = store.apply(&input.as_input(), now);
+        let failed = outcome.is_err();
+        if let Ok(applied) = &outcome {
+            tracing::trace!(?applied, "applied");
+        }
+        outcomes.push(outcome);
+        if failed {
+            break;
+        }
+    }
+    let apply_time = started.elapsed();
+    let flush_started = Instant::now();
+    let flushed = match store.flush() {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "flush failed; batch will be redelivered");
+            false
+        }
+    };
+    BatchResult {
+        outcomes,
+        flushed,
+        apply_time,
+        flush_time: flush_started.elapsed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subjects() -> Subjects {
+        Subjects::new("toolstream")
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, *v);
+        }
+        h
+    }
+
+    #[test]
+    fn headers_become_provider_seq_and_control() {
+        let h = headers(&[("Toolstream-Provider", "groq"), ("Toolstream-Seq", "7")]);
+        let body = Bytes::from_static(b"{}");
+        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 42).unwrap();
+        assert_eq!(i.provider, Some(Provider::OpenaiChat));
+        assert_eq!(i.seq, Seq::Producer(7));
+        assert_eq!(i.control, None);
+        assert_eq!(i.origin.stream_seq, 42);
+        assert_eq!(
+            (i.conversation_id.as_str(), i.message_id.as_str()),
+            ("c", "m")
+        );
+    }
+
+    #[test]
+    fn without_a_producer_seq_the_stream_sequence_orders() {
+        let body = Bytes::from_static(b"{}");
+        let i = parse_message(&subjects(), "toolstream.results.c.m", None, &body, 9).unwrap();
+        assert_eq!(i.seq, Seq::Transport(9));
+        assert_eq!(i.kind, InputKind::Result);
+    }
+
+    #[test]
+    fn control_error_carries_the_body_as_reason() {
+        let h = headers(&[("toolstream-control", "error")]);
+        let body = Bytes::from_static(b"upstream reset\n");
+        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1).unwrap();
+        assert_eq!(i.control, Some(Control::Error("upstream reset".into())));
+    }
+
+    #[test]
+    fn a_subject_with_a_missing_token_goes_to_the_unroutable_dlq() {
+        let body = Bytes::new();
+        let r = parse_message(&subjects(), "toolstream.chunks.only", None, &body, 1).unwrap_err();
+        assert_eq!(r.dlq_subject, "toolstream.dlq.unroutable");
+        assert!(r.reason.starts_with("unroutable_subject"), "{}", r.reason);
+    }
+
+    #[test]
+    fn a_non_numeric_seq_goes_to_the_message_dlq_with_its_reason() {
+        let h = headers(&[("Toolstream-Seq", "three")]);
+        let body = Bytes::new();
+        let r =
+            parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1).unwrap_err();
+        assert_eq!(r.dlq_subject, "toolstream.dlq.c.m");
+        assert!(r.reason.starts_with("bad_seq"), "{}", r.reason);
+        let h = headers(&[("Toolstream-Provider", "nope")]);
+        let r =
+            parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1).unwrap_err();
+        assert!(r.reason.starts_with("unknown_provider"), "{}", r.reason);
+    }
+
+    #[test]
+    fn dispositions_never_ack_what_is_not_durable() {
+        let ok = Ok(Applied::Accepted { events: 1 });
+        assert_eq!(Disposition::after_apply(&ok, true), Disposition::Ack);
+        assert_eq!(Disposition::after_apply(&ok, false), Disposition::NakDelay);
+        let dead = Ok(Applied::DeadLettered { reason: "x".into() });
+        assert_eq!(Disposition::after_apply(&dead, true), Disposition::Term);
+        assert_eq!(
+            Disposition::after_apply(&dead, false),
+            Disposition::NakDelay
+        );
+        let err: Result<Applied, StoreError> = Err(StoreError::Corrupt {
+            space: "t",
+            detail: "d".into(),
+        });
+        assert_eq!(Disposition::after_apply(&err, true), Disposition::NakDelay);
+    }
+}
