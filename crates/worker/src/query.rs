@@ -1,2 +1,405 @@
-//! Query service (being built): `<prefix>.query.message.<conv>.<msg>` and
-//! `<prefix>.query.history.<conv>` over the async-nats service API.
+//! The query service (design.md, "Query API"): NATS request/reply through the async-nats
+//! service API, so it shows up in `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS` as service
+//! `toolstream` with the crate's version.
+//!
+//! - `<prefix>.query.message.<conv>.<msg>` → the stored [`MessageSnapshot`] JSON: what a UI
+//!   shows after a refresh (the same calls and results the events said).
+//! - `<prefix>.query.history.<conv>` with a JSON [`HistoryRequest`] body (empty body = every
+//!   default, target `openai-chat`) → the provider-valid [`RenderedHistory`] JSON.
+//!
+//! Failures are service errors (`Nats-Service-Error` / `Nats-Service-Error-Code` headers, empty
+//! body), never silence: 400 for a bad subject or body, 404 for an unknown message or
+//! conversation, 500 for a store or rendering failure. sled reads run on `spawn_blocking`.
+//!
+//! Partitions: `prefix` is the query subject prefix. Unpartitioned it is the subject prefix
+//! (`toolstream`); a worker owning partition `k` passes `<subject prefix>.p.<k>`, and
+//! deploy/nats-server.conf maps `toolstream.query.*` requests to the partition that holds the
+//! conversation, exactly like its input.
+//!
+//! Shutdown: [`serve`] takes a `tokio::sync::watch::Receiver<bool>`; it stops the service when
+//! the value becomes `true` (or the sender is dropped), then lets requests in flight finish
+//! (bounded by [`DRAIN_TIMEOUT`]).
+
+use anyhow::Context;
+use async_nats::service::ServiceExt;
+use bytes::Bytes;
+use chunk_model::encode::HistoryFormat;
+use chunk_model::history::{self, HistoryOptions, HistoryRequest, RenderedHistory};
+use chunk_model::MessageSnapshot;
+use futures::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// The service name in NATS service discovery.
+pub const SERVICE_NAME: &str = "toolstream";
+
+/// How long shutdown waits for requests in flight.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a query could not be answered. Each maps to a service error code.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The subject does not name a conversation (and message).
+    #[error("bad query subject {0:?}: expected <prefix>.query.message.<conv>.<msg> or <prefix>.query.history.<conv>")]
+    BadSubject(String),
+    /// The history request body is not a valid request.
+    #[error("bad history request body: {0}")]
+    BadBody(String),
+    /// No such message in this worker's store.
+    #[error("no message {message:?} in conversation {conversation:?} (unknown, or not yet seen by this worker)")]
+    UnknownMessage {
+        /// The conversation asked for.
+        conversation: String,
+        /// The message asked for.
+        message: String,
+    },
+    /// No message of this conversation in this worker's store.
+    #[error("no messages stored for conversation {0:?}")]
+    UnknownConversation(String),
+    /// The store failed.
+    #[error("store read failed: {0}")]
+    Store(String),
+    /// Rendering or serializing the answer failed.
+    #[error("rendering the answer failed: {0}")]
+    Render(String),
+}
+
+impl QueryError {
+    /// The service error code (HTTP-like).
+    pub fn code(&self) -> usize {
+        match self {
+            QueryError::BadSubject(_) | QueryError::BadBody(_) => 400,
+            QueryError::UnknownMessage { .. } | QueryError::UnknownConversation(_) => 404,
+            QueryError::Store(_) | QueryError::Render(_) => 500,
+        }
+    }
+
+    /// As a service error; the text is made header-safe (one line).
+    pub fn to_service_error(&self) -> async_nats::service::error::Error {
+        let status: String = self
+            .to_string()
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        async_nats::service::error::Error {
+            status,
+            code: self.code(),
+        }
+    }
+}
+
+/// Which endpoint a request came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `query.message.<conv>.<msg>`
+    Message,
+    /// `query.history.<conv>`
+    History,
+}
+
+/// Serves queries against `store` until `shutdown` turns `true`. Fails at once if the service
+/// cannot be registered (e.g. not connected).
+pub async fn serve(
+    client: async_nats::Client,
+    store: Arc<assembler::Store>,
+    prefix: String,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let service = client
+        .service_builder()
+        .description("toolstream queries: stored tool calls of a message, provider-valid history of a conversation")
+        .start(SERVICE_NAME, env!("CARGO_PKG_VERSION"))
+        .await
+        .map_err(|e| anyhow::anyhow!("registering the query service: {e}"))?;
+    let message_subject = format!("{prefix}.query.message.*.*");
+    let history_subject = format!("{prefix}.query.history.*");
+    let mut messages = service
+        .endpoint_builder()
+        .name("message")
+        .add(message_subject.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("adding endpoint {message_subject}: {e}"))?;
+    let mut histories = service
+        .endpoint_builder()
+        .name("history")
+        .add(history_subject.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("adding endpoint {history_subject}: {e}"))?;
+    tracing::info!(%message_subject, %history_subject, "query service started");
+
+    let prefix: Arc<str> = Arc::from(prefix);
+    let mut in_flight = JoinSet::new();
+    loop {
+        let (kind, request) = tokio::select! {
+            () = stopped(&mut shutdown) => break,
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => continue,
+            r = messages.next() => match r {
+                Some(r) => (Kind::Message, r),
+                None => break,
+            },
+            r = histories.next() => match r {
+                Some(r) => (Kind::History, r),
+                None => break,
+            },
+        };
+        let store = store.clone();
+        let prefix = prefix.clone();
+        in_flight.spawn(async move {
+            let subject = request.message.subject.to_string();
+            let answer = answer(kind, &prefix, &subject, &request.message.payload, store).await;
+            let response = match answer {
+                Ok(body) => Ok(body),
+                Err(err) => {
+                    tracing::debug!(%subject, code = err.code(), error = %err, "query refused");
+                    Err(err.to_service_error())
+                }
+            };
+            if let Err(err) = request.respond(response).await {
+                tracing::warn!(%subject, error = %err, "sending a query response failed");
+            }
+        });
+    }
+    service
+        .stop()
+        .await
+        .map_err(|e| anyhow::anyhow!("stopping the query service: {e}"))?;
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while in_flight.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("query service: requests still in flight after {DRAIN_TIMEOUT:?}; dropped");
+    }
+    tracing::info!("query service stopped");
+    Ok(())
+}
+
+/// Answers one request: parse, read the store off the async threads, render.
+async fn answer(
+    kind: Kind,
+    prefix: &str,
+    subject: &str,
+    body: &[u8],
+    store: Arc<assembler::Store>,
+) -> Result<Bytes, QueryError> {
+    match kind {
+        Kind::Message => {
+            let (conv, msg) = parse_message_subject(prefix, subject)?;
+            let (c, m) = (conv.clone(), msg.clone());
+            let snapshot = tokio::task::spawn_blocking(move || store.message_snapshot(&c, &m))
+                .await
+                .map_err(|e| QueryError::Store(e.to_string()))?
+                .map_err(|e| QueryError::Store(e.to_string()))?;
+            match snapshot {
+                Some(s) => to_json(&s),
+                None => Err(QueryError::UnknownMessage {
+                    conversation: conv,
+                    message: msg,
+                }),
+            }
+        }
+        Kind::History => {
+            let conv = parse_history_subject(prefix, subject)?;
+            let request = parse_history_body(body)?;
+            let c = conv.clone();
+            let snapshots = tokio::task::spawn_blocking(move || store.conversation(&c))
+                .await
+                .map_err(|e| QueryError::Store(e.to_string()))?
+                .map_err(|e| QueryError::Store(e.to_string()))?;
+            let rendered = render_history(&conv, &snapshots, &request)?;
+            to_json(&rendered)
+        }
+    }
+}
+
+/// Renders a conversation's history; an empty conversation is a 404, not an empty history,
+/// so a typo in a conversation id is not mistaken for "no tool calls".
+fn render_history(
+    conv: &str,
+    snapshots: &[MessageSnapshot],
+    request: &HistoryRequest,
+) -> Result<RenderedHistory, QueryError> {
+    if snapshots.is_empty() {
+        return Err(QueryError::UnknownConversation(conv.to_string()));
+    }
+    history::render(snapshots, request.target, &request.options)
+        .map_err(|e| QueryError::Render(e.to_string()))
+}
+
+/// Serializes an answer.
+fn to_json<T: serde::Serialize>(value: &T) -> Result<Bytes, QueryError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| QueryError::Render(e.to_string()))
+}
+
+/// `<prefix>.query.message.<conv>.<msg>` → `(conv, msg)`.
+fn parse_message_subject(prefix: &str, subject: &str) -> Result<(String, String), QueryError> {
+    let rest = subject
+        .strip_prefix(prefix)
+        .and_then(|r| r.strip_prefix(".query.message."))
+        .ok_or_else(|| QueryError::BadSubject(subject.to_string()))?;
+    match rest.split('.').collect::<Vec<_>>().as_slice() {
+        [conv, msg] if !conv.is_empty() && !msg.is_empty() => {
+            Ok((conv.to_string(), msg.to_string()))
+        }
+        _ => Err(QueryError::BadSubject(subject.to_string())),
+    }
+}
+
+/// `<prefix>.query.history.<conv>` → `conv`.
+fn parse_history_subject(prefix: &str, subject: &str) -> Result<String, QueryError> {
+    let conv = subject
+        .strip_prefix(prefix)
+        .and_then(|r| r.strip_prefix(".query.history."))
+        .ok_or_else(|| QueryError::BadSubject(subject.to_string()))?;
+    if conv.is_empty() || conv.contains('.') {
+        return Err(QueryError::BadSubject(subject.to_string()));
+    }
+    Ok(conv.to_string())
+}
+
+/// The fields a history request may carry; anything else is refused so a misspelt option
+/// (`max_results_chars`) does not silently fall back to its default.
+const HISTORY_FIELDS: [&str; 5] = [
+    "target",
+    "max_result_chars",
+    "strict_text",
+    "window",
+    "placeholder",
+];
+
+/// Parses a history request body: empty = defaults with target `openai-chat`; `target` may
+/// be omitted too.
+fn parse_history_body(body: &[u8]) -> Result<HistoryRequest, QueryError> {
+    if body.trim_ascii().is_empty() {
+        return Ok(HistoryRequest {
+            target: HistoryFormat::OpenaiChat,
+            options: HistoryOptions::default(),
+        });
+    }
+    let mut value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| QueryError::BadBody(e.to_string()))?;
+    let object = value
+        .as_object_mut()
+        .ok_or_else(|| QueryError::BadBody("expected a JSON object".to_string()))?;
+    if let Some(unknown) = object
+        .keys()
+        .find(|k| !HISTORY_FIELDS.contains(&k.as_str()))
+    {
+        return Err(QueryError::BadBody(format!(
+            "unknown field {unknown:?} (expected one of: {})",
+            HISTORY_FIELDS.join(", ")
+        )));
+    }
+    object
+        .entry("target")
+        .or_insert_with(|| serde_json::Value::String("openai-chat".to_string()));
+    serde_json::from_value(value).map_err(|e| QueryError::BadBody(e.to_string()))
+}
+
+/// Sends one query and turns a service error into `Err`. Used by tests and tools.
+pub async fn request(
+    client: &async_nats::Client,
+    subject: String,
+    body: Bytes,
+) -> anyhow::Result<Bytes> {
+    let reply = client
+        .request(subject.clone(), body)
+        .await
+        .with_context(|| format!("query {subject}"))?;
+    if let Some(headers) = &reply.headers {
+        if let Some(code) = headers.get(async_nats::service::NATS_SERVICE_ERROR_CODE) {
+            let status = headers
+                .get(async_nats::service::NATS_SERVICE_ERROR)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_default();
+            anyhow::bail!("query {subject} failed with {}: {status}", code.as_str());
+        }
+    }
+    Ok(reply.payload)
+}
+
+/// Completes when shutdown is asked for or every sender is gone (the `watch::Ref` is dropped
+/// inside, so the caller's future stays `Send`).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_subjects_parse_under_plain_and_partition_prefixes() {
+        assert_eq!(
+            parse_message_subject("toolstream", "toolstream.query.message.c1.m1").unwrap(),
+            ("c1".to_string(), "m1".to_string())
+        );
+        assert_eq!(
+            parse_message_subject("toolstream.p.2", "toolstream.p.2.query.message.c.m").unwrap(),
+            ("c".to_string(), "m".to_string())
+        );
+        for bad in [
+            "toolstream.query.message.c1",
+            "toolstream.query.history.c1",
+            "other.query.message.c.m",
+        ] {
+            let err = parse_message_subject("toolstream", bad).unwrap_err();
+            assert_eq!(err.code(), 400, "{bad}");
+        }
+    }
+
+    #[test]
+    fn history_subject_names_one_conversation() {
+        assert_eq!(
+            parse_history_subject("toolstream", "toolstream.query.history.c9").unwrap(),
+            "c9"
+        );
+        assert!(parse_history_subject("toolstream", "toolstream.query.history.").is_err());
+    }
+
+    #[test]
+    fn empty_history_body_means_openai_chat_with_defaults() {
+        let r = parse_history_body(b"  ").unwrap();
+        assert_eq!(r.target, HistoryFormat::OpenaiChat);
+        assert_eq!(r.options, HistoryOptions::default());
+        let r = parse_history_body(br#"{"max_result_chars":800}"#).unwrap();
+        assert_eq!(r.target, HistoryFormat::OpenaiChat);
+        assert_eq!(r.options.max_result_chars, 800);
+        let r = parse_history_body(br#"{"target":"anthropic"}"#).unwrap();
+        assert_eq!(r.target, HistoryFormat::Anthropic);
+    }
+
+    #[test]
+    fn misspelt_history_options_are_refused_not_defaulted() {
+        let err = parse_history_body(br#"{"max_results_chars":800}"#).unwrap_err();
+        assert_eq!(err.code(), 400);
+        assert!(err.to_string().contains("max_results_chars"));
+        for bad in [&b"[1]"[..], b"{", br#"{"target":"nope"}"#] {
+            assert_eq!(parse_history_body(bad).unwrap_err().code(), 400);
+        }
+    }
+
+    #[test]
+    fn service_errors_are_single_line_with_codes() {
+        let err = QueryError::BadBody("line one\nline two".into());
+        let se = err.to_service_error();
+        assert_eq!(se.code, 400);
+        assert!(!se.status.contains('\n'));
+        let err = QueryError::UnknownMessage {
+            conversation: "c".into(),
+            message: "m".into(),
+        };
+        assert_eq!(err.to_service_error().code, 404);
+    }
+
+    #[test]
+    fn unknown_conversation_history_is_404_not_empty() {
+        let req = parse_history_body(b"").unwrap();
+        let err = render_history("c-unknown", &[], &req).unwrap_err();
+        assert_eq!(err.code(), 404);
+    }
+}
