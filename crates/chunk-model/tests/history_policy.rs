@@ -363,3 +363,40 @@ fn history_request_parses_target_names_and_defaults() {
     assert!(serde_json::from_value::<HistoryRequest>(json!({"target": "nope"})).is_err());
     assert_eq!(HistoryOptions::default().result_limit(), 500);
 }
+
+#[test]
+fn request_field_list_matches_the_struct() {
+    // A caller that refuses unknown fields uses FIELDS: a new option missing from it would be
+    // refused as a typo.
+    let r = HistoryRequest {
+        target: HistoryFormat::Gemini,
+        options: HistoryOptions {
+            window: Some(3),
+            ..HistoryOptions::default()
+        },
+    };
+    let v = serde_json::to_value(&r).unwrap();
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut fields = HistoryRequest::FIELDS.to_vec();
+    keys.sort_unstable();
+    fields.sort_unstable();
+    assert_eq!(keys, fields);
+}
+
+#[cfg(feature = "tokenizer")]
+#[test]
+fn default_build_counts_with_the_o200k_tokenizer() {
+    // The BPE ranks are embedded in tiktoken-rs: this must work offline.
+    let snap = snapshot(
+        "m1",
+        vec![call("call_1", "a", 0, json!({"q": "x"}))],
+        vec![],
+    );
+    let h = render(&[snap], HistoryFormat::OpenaiChat, &opts()).unwrap();
+    assert_eq!(h.tokenizer, "o200k_base");
+    let payload = serde_json::to_string(&h.messages).unwrap();
+    assert_eq!(
+        h.token_estimate,
+        chunk_model::history::tokens::count(&payload).0
+    );
+}

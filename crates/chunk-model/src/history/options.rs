@@ -64,3 +64,16 @@ pub struct HistoryRequest {
     #[serde(flatten)]
     pub options: HistoryOptions,
 }
+
+impl HistoryRequest {
+    /// Every field a request body may carry, for callers that refuse unknown fields (serde
+    /// cannot deny unknown fields through `flatten`). Kept in sync by a test.
+    pub const FIELDS: [&'static str; 6] = [
+        "target",
+        "max_result_chars",
+        "strict_text",
+        "window",
+        "placeholder",
+        "send_item_ids",
+    ];
+}
