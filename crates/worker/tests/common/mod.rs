@@ -1,0 +1,576 @@
+//! Shared code of the worker's integration tests: the real `toolstream` binary as a child
+//! process ([`Worker`]), a producer that publishes chunks and results with the contract's
+//! headers ([`Producer`]), readers of the events and dead-letter streams that poll with a
+//! deadline ([`StreamLog`]), and generated provider streams ([`openai_chat_stream`],
+//! [`anthropic_stream`]).
+#![allow(dead_code)]
+
+use async_nats::jetstream::{self, message::PublishMessage};
+use async_nats::HeaderMap;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Default deadline for anything a test waits for.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// The `toolstream` binary running `run` against a test server.
+pub struct Worker {
+    child: Option<Child>,
+    url: String,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    extra: Vec<String>,
+    starts: u32,
+}
+
+impl Worker {
+    /// Starts `toolstream run` on `url` with a store in `data_dir` and test-friendly timings
+    /// (short ack wait, fetch expiry, tick and relay intervals), plus `extra` flags.
+    pub fn start(url: &str, data_dir: &Path, extra: &[&str]) -> Worker {
+        let mut w = Worker {
+            child: None,
+            url: url.to_string(),
+            data_dir: data_dir.to_path_buf(),
+            log_path: data_dir.with_extension("log"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            starts: 0,
+        };
+        w.spawn();
+        w
+    }
+
+    fn spawn(&mut self) {
+        self.starts += 1;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("open worker log");
+        let child = Command::new(env!("CARGO_BIN_EXE_toolstream"))
+            .arg("run")
+            .args(["--nats-url", &self.url])
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(["--ack-wait", "4s", "--fetch-expiry", "1s"])
+            .args(["--tick-interval", "200ms", "--relay-interval", "200ms"])
+            .args(["--nak-delay", "200ms", "--shutdown-timeout", "20s"])
+            .args(&self.extra)
+            .env("RUST_LOG", "info,toolstream=debug")
+            .env_remove("TOOLSTREAM_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn toolstream run");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL: no shutdown path at all.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the binary again on the same store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// SIGTERM and wait (bounded) for a clean exit; returns whether it exited successfully.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Ok(Some(status)) = c.try_wait() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Waits (bounded) for the process to exit on its own; its exit success.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<bool> {
+        let c = self.child.as_mut()?;
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = c.try_wait() {
+                self.child = None;
+                return Some(status.success());
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything the worker logged (all starts).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Connects a test client (retrying while the server starts).
+pub async fn client(url: &str) -> async_nats::Client {
+    async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connect(url)
+        .await
+        .expect("test client connects")
+}
+
+/// Waits until the worker has provisioned its streams and consumer.
+pub async fn wait_provisioned(js: &jetstream::Context, consumer: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Ok(stream) = js.get_stream("TOOLSTREAM_IN").await {
+            if stream.consumer_info(consumer).await.is_ok()
+                && js.get_stream("TOOLSTREAM_EVENTS").await.is_ok()
+                && js.get_stream("TOOLSTREAM_DLQ").await.is_ok()
+            {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "worker did not provision JetStream in time"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Publishes input the way a producer does: headers of the contract, PubAck awaited, retried
+/// while the server is away.
+#[derive(Clone)]
+pub struct Producer {
+    pub js: jetstream::Context,
+    pub prefix: String,
+}
+
+impl Producer {
+    /// A producer for the default prefix.
+    pub fn new(js: jetstream::Context) -> Producer {
+        Producer {
+            js,
+            prefix: "toolstream".to_string(),
+        }
+    }
+
+    /// Publishes `body` on `subject` with `headers` and `Nats-Msg-Id = msg_id`, retrying until
+    /// a PubAck arrives (bounded by [`WAIT`]).
+    pub async fn publish(&self, subject: &str, headers: HeaderMap, msg_id: &str, body: &[u8]) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let p = PublishMessage::build()
+                .headers(headers.clone())
+                .message_id(msg_id)
+                .payload(body.to_vec().into());
+            let result = match self.js.send_publish(subject.to_string(), p).await {
+                Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match result {
+                Ok(()) => return,
+                Err(e) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "publish to {subject} failed: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// Publishes chunk number `seq` of a message's stream.
+    pub async fn chunk(&self, conv: &str, msg: &str, provider: &str, seq: u64, body: &[u8]) {
+        let mut h = HeaderMap::new();
+        h.insert("Toolstream-Provider", provider);
+        h.insert("Toolstream-Seq", seq.to_string().as_str());
+        let subject = format!("{}.chunks.{conv}.{msg}", self.prefix);
+        self.publish(&subject, h, &format!("{msg}:{seq}"), body)
+            .await;
+    }
+
+    /// Publishes a whole tool result on the results subject of `msg`.
+    pub async fn result(&self, conv: &str, msg: &str, seq: u64, tool_call_id: &str, output: &str) {
+        let mut h = HeaderMap::new();
+        h.insert("Toolstream-Seq", seq.to_string().as_str());
+        let body = serde_json::json!({"tool_call_id": tool_call_id, "output": output});
+        let subject = format!("{}.results.{conv}.{msg}", self.prefix);
+        self.publish(
+            &subject,
+            h,
+            &format!("{msg}:r{seq}"),
+            body.to_string().as_bytes(),
+        )
+        .await;
+    }
+}
+
+/// One message read from a stream.
+#[derive(Debug, Clone)]
+pub struct Read {
+    /// Its subject.
+    pub subject: String,
+    /// Its headers.
+    pub headers: HeaderMap,
+    /// Its payload.
+    pub payload: Vec<u8>,
+    /// Its stream sequence.
+    pub seq: u64,
+}
+
+impl Read {
+    /// The payload as JSON (panics if it is not: events are JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.payload).unwrap_or_else(|e| {
+            panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.payload))
+        })
+    }
+
+    /// A header value.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.get(name).map(|v| v.as_str().to_string())
+    }
+}
+
+/// Reads a stream message by message, by sequence (no consumer: survives server restarts).
+pub struct StreamLog {
+    js: jetstream::Context,
+    stream: String,
+    next: u64,
+    /// Everything read so far, in stream order.
+    pub all: Vec<Read>,
+}
+
+impl StreamLog {
+    /// A reader of `stream` from its first message.
+    pub fn new(js: &jetstream::Context, stream: &str) -> StreamLog {
+        StreamLog {
+            js: js.clone(),
+            stream: stream.to_string(),
+            next: 1,
+            all: Vec::new(),
+        }
+    }
+
+    /// Reads whatever is new; transient errors are ignored (the next poll retries).
+    pub async fn poll(&mut self) {
+        let Ok(mut stream) = self.js.get_stream(&self.stream).await else {
+            return;
+        };
+        let Ok(info) = stream.info().await else {
+            return;
+        };
+        let last = info.state.last_sequence;
+        while self.next <= last {
+            match stream.get_raw_message(self.next).await {
+                Ok(m) => self.all.push(Read {
+                    subject: m.subject.to_string(),
+                    headers: m.headers,
+                    payload: m.payload.to_vec(),
+                    seq: m.sequence,
+                }),
+                Err(e) => {
+                    // deleted/absent sequences are skipped; anything else retried next poll
+                    if !e.to_string().contains("not found") {
+                        return;
+                    }
+                }
+            }
+            self.next += 1;
+        }
+    }
+
+    /// Polls until `done(all)` holds; panics with `what` and the log after `limit`.
+    pub async fn until(
+        &mut self,
+        limit: Duration,
+        what: &str,
+        mut done: impl FnMut(&[Read]) -> bool,
+        log: impl Fn() -> String,
+    ) {
+        let deadline = Instant::now() + limit;
+        loop {
+            self.poll().await;
+            if done(&self.all) {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {what}; have {} message(s) in {}: {:#?}\n--- worker log (tail) ---\n{}",
+                    self.all.len(),
+                    self.stream,
+                    self.all.iter().rev().take(5).map(|r| (&r.subject, String::from_utf8_lossy(&r.payload))).collect::<Vec<_>>(),
+                    tail(&log(), 60)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Events grouped by message id, in stream order.
+pub fn by_message(events: &[Read]) -> BTreeMap<(String, String), Vec<Value>> {
+    let mut out: BTreeMap<(String, String), Vec<Value>> = BTreeMap::new();
+    for e in events {
+        let v = e.json();
+        let key = (
+            v["conversation_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            v["message_id"].as_str().unwrap_or_default().to_string(),
+        );
+        out.entry(key).or_default().push(v);
+    }
+    out
+}
+
+/// Number of `message.completed` events read so far.
+pub fn completed_messages(events: &[Read]) -> usize {
+    events
+        .iter()
+        .filter(|e| {
+            serde_json::from_slice::<Value>(&e.payload)
+                .map(|v| v["type"] == "message.completed")
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+/// A tool call a generated stream carries.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// Wire id.
+    pub id: String,
+    /// Function name.
+    pub name: String,
+    /// Arguments (serialized compactly and cut into small fragments).
+    pub args: Value,
+}
+
+/// Cuts `text` into pieces of at most `n` chars.
+fn pieces(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(n).map(|c| c.iter().collect()).collect()
+}
+
+/// An OpenAI Chat Completions stream with parallel `calls`, arguments in 5-char fragments,
+/// ending with `finish_reason: tool_calls` and `[DONE]`.
+pub fn openai_chat_stream(calls: &[Call]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let head = serde_json::json!({"id":"chatcmpl-t","object":"chat.completion.chunk","model":"gpt-4o",
+        "choices":[{"index":0,"delta":{"role":"assistant","content":null},"finish_reason":null}]});
+    out.push(head.to_string().into_bytes());
+    for (i, c) in calls.iter().enumerate() {
+        let start = serde_json::json!({"id":"chatcmpl-t","object":"chat.completion.chunk","model":"gpt-4o",
+            "choices":[{"index":0,"delta":{"tool_calls":[{"index":i,"id":c.id,"type":"function",
+                "function":{"name":c.name,"arguments":""}}]},"finish_reason":null}]});
+        out.push(start.to_string().into_bytes());
+        for p in pieces(&c.args.to_string(), 5) {
+            let frag = serde_json::json!({"id":"chatcmpl-t","object":"chat.completion.chunk","model":"gpt-4o",
+                "choices":[{"index":0,"delta":{"tool_calls":[{"index":i,"function":{"arguments":p}}]},
+                "finish_reason":null}]});
+            out.push(frag.to_string().into_bytes());
+        }
+    }
+    let fin = serde_json::json!({"id":"chatcmpl-t","object":"chat.completion.chunk","model":"gpt-4o",
+        "choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]});
+    out.push(fin.to_string().into_bytes());
+    out.push(b"[DONE]".to_vec());
+    out
+}
+
+/// An Anthropic Messages stream with `calls` as tool_use blocks (after one text block),
+/// `input_json_delta` fragments of 5 chars, ending with `stop_reason: tool_use`.
+pub fn anthropic_stream(calls: &[Call]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    out.push(
+        serde_json::json!({"type":"message_start","message":{"id":"msg_t","type":"message",
+        "role":"assistant","content":[],"model":"claude-sonnet-4","stop_reason":null,
+        "usage":{"input_tokens":10,"output_tokens":1}}})
+        .to_string()
+        .into_bytes(),
+    );
+    out.push(
+        serde_json::json!({"type":"content_block_start","index":0,
+        "content_block":{"type":"text","text":""}})
+        .to_string()
+        .into_bytes(),
+    );
+    out.push(
+        serde_json::json!({"type":"content_block_delta","index":0,
+        "delta":{"type":"text_delta","text":"Let me check."}})
+        .to_string()
+        .into_bytes(),
+    );
+    out.push(
+        serde_json::json!({"type":"content_block_stop","index":0})
+            .to_string()
+            .into_bytes(),
+    );
+    for (i, c) in calls.iter().enumerate() {
+        let block = i + 1;
+        out.push(
+            serde_json::json!({"type":"content_block_start","index":block,
+            "content_block":{"type":"tool_use","id":c.id,"name":c.name,"input":{}}})
+            .to_string()
+            .into_bytes(),
+        );
+        for p in pieces(&c.args.to_string(), 5) {
+            out.push(
+                serde_json::json!({"type":"content_block_delta","index":block,
+                "delta":{"type":"input_json_delta","partial_json":p}})
+                .to_string()
+                .into_bytes(),
+            );
+        }
+        out.push(
+            serde_json::json!({"type":"content_block_stop","index":block})
+                .to_string()
+                .into_bytes(),
+        );
+    }
+    out.push(
+        serde_json::json!({"type":"message_delta","delta":{"stop_reason":"tool_use",
+        "stop_sequence":null},"usage":{"output_tokens":42}})
+        .to_string()
+        .into_bytes(),
+    );
+    out.push(
+        serde_json::json!({"type":"message_stop"})
+            .to_string()
+            .into_bytes(),
+    );
+    out
+}
+
+/// Checks the events of one message against its calls: each call `started` then
+/// `completed` once with exactly its arguments, `message.completed` last listing every call
+/// as completed; event ids unique. Returns a description of the first violation.
+pub fn check_message(events: &[Value], calls: &[Call]) -> Result<(), String> {
+    let mut seen_ids = std::collections::BTreeSet::new();
+    for e in events {
+        let id = e["event_id"].as_str().unwrap_or_default().to_string();
+        if !seen_ids.insert(id.clone()) {
+            return Err(format!("event {id} appears twice"));
+        }
+    }
+    let calls_events: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("tool_call."))
+        })
+        .collect();
+    for c in calls {
+        let of_call: Vec<&str> = calls_events
+            .iter()
+            .filter(|e| e["tool_call"]["id"] == c.id.as_str())
+            .map(|e| e["type"].as_str().unwrap_or_default())
+            .collect();
+        if of_call != ["tool_call.started", "tool_call.completed"] {
+            return Err(format!("call {}: events {of_call:?}", c.id));
+        }
+        let completed = calls_events
+            .iter()
+            .find(|e| e["tool_call"]["id"] == c.id.as_str() && e["type"] == "tool_call.completed")
+            .ok_or("no completed")?;
+        if completed["tool_call"]["arguments"] != c.args {
+            return Err(format!(
+                "call {}: arguments {} != {}",
+                c.id, completed["tool_call"]["arguments"], c.args
+            ));
+        }
+        if completed["tool_call"]["name"] != c.name.as_str() {
+            return Err(format!(
+                "call {}: name {}",
+                c.id, completed["tool_call"]["name"]
+            ));
+        }
+    }
+    if calls_events.len() != calls.len() * 2 {
+        return Err(format!(
+            "{} call events for {} calls",
+            calls_events.len(),
+            calls.len()
+        ));
+    }
+    let done: Vec<(usize, &Value)> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["type"] == "message.completed")
+        .collect();
+    let [(pos, done)] = done.as_slice() else {
+        return Err(format!("{} message.completed events", done.len()));
+    };
+    let last_call_event = events
+        .iter()
+        .rposition(|e| {
+            e["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("tool_call."))
+        })
+        .unwrap_or(0);
+    if *pos < last_call_event {
+        return Err("message.completed before a call event".to_string());
+    }
+    let listed: Vec<(&str, &str)> = done["calls"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    (
+                        c["tool_call"]["id"].as_str().unwrap_or_default(),
+                        c["status"].as_str().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let want: Vec<(&str, &str)> = calls.iter().map(|c| (c.id.as_str(), "completed")).collect();
+    if listed != want {
+        return Err(format!("message.completed lists {listed:?}, want {want:?}"));
+    }
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! Malformed input against the real worker: an undecodable chunk, a subject with a missing
+//! token and a non-numeric `Toolstream-Seq` each land on the dead-letter stream once, with the
+//! reason and the original subject/sequence in headers, are terminated (never redelivered), and
+//! every concurrent stream still completes.
+
+mod common;
+
+use async_nats::HeaderMap;
+use common::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+use toolstream_testkit::NatsServer;
+
+const GOOD: usize = 8;
+
+fn good_calls(i: usize) -> Vec<Call> {
+    vec![Call {
+        id: format!("call_g{i}"),
+        name: "lookup".to_string(),
+        args: json!({"q": format!("query {i}"), "limit": i}),
+    }]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
+    let server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    wait_provisioned(&js, "toolstream").await;
+    let producer = Producer::new(js.clone());
+
+    let mut tasks = Vec::new();
+    for i in 0..GOOD {
+        let producer = producer.clone();
+        tasks.push(tokio::spawn(async move {
+            let chunks = openai_chat_stream(&good_calls(i));
+            for (seq, body) in chunks.iter().enumerate() {
+                producer
+                    .chunk(
+                        &format!("g{i}"),
+                        &format!("gm{i}"),
+                        "openai-chat",
+                        seq as u64,
+                        body,
+                    )
+                    .await;
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+
+    // 1. an undecodable chunk in the middle of an otherwise fine stream
+    let bad_calls = vec![Call {
+        id: "call_bad".to_string(),
+        name: "lookup".to_string(),
+        args: json!({"q": "x"}),
+    }];
+    let mut bad_stream = openai_chat_stream(&bad_calls);
+    let broken = br#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function""#.to_vec();
+    bad_stream.insert(2, broken.clone());
+    for (seq, body) in bad_stream.iter().enumerate() {
+        producer
+            .chunk("cbad", "mbad", "openai-chat", seq as u64, body)
+            .await;
+    }
+    // 2. a subject the worker cannot attribute (no message token)
+    let mut h = HeaderMap::new();
+    h.insert("Toolstream-Provider", "openai-chat");
+    producer
+        .publish("toolstream.chunks.lonely", h, "lonely:0", b"{}")
+        .await;
+    // 3. a sequence header that is not a number
+    let mut h = HeaderMap::new();
+    h.insert("Toolstream-Provider", "openai-chat");
+    h.insert("Toolstream-Seq", "three");
+    producer
+        .publish("toolstream.chunks.cseq.mseq", h, "mseq:x", b"{}")
+        .await;
+
+    for t in tasks {
+        t.await.unwrap();
+    }
+
+    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
+    dlq.until(
+        WAIT,
+        "three dead letters",
+        |all| all.len() >= 3,
+        || worker.log(),
+    )
+    .await;
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    events
+        .until(
+            WAIT,
+            "every good stream completed",
+            |all| {
+                by_message(all)
+                    .iter()
+                    .filter(|((c, _), evs)| {
+                        c.starts_with('g') && evs.iter().any(|e| e["type"] == "message.completed")
+                    })
+                    .count()
+                    == GOOD
+            },
+            || worker.log(),
+        )
+        .await;
+
+    // Terminated, not redelivered: the consumer settles with nothing pending.
+    let stream = js.get_stream("TOOLSTREAM_IN").await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let info = stream.consumer_info("toolstream").await.unwrap();
+        if info.num_ack_pending == 0 && info.num_pending == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "input not settled: {} ack pending, {} pending",
+            info.num_ack_pending,
+            info.num_pending
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        worker.terminate(),
+        "clean exit:\n{}",
+        tail(&worker.log(), 40)
+    );
+    dlq.poll().await;
+    events.poll().await;
+
+    assert_eq!(
+        dlq.all.len(),
+        3,
+        "each bad input dead-lettered exactly once: {:?}",
+        dlq.all.iter().map(|r| &r.subject).collect::<Vec<_>>()
+    );
+    let find = |subject: &str| {
+        dlq.all
+            .iter()
+            .find(|r| r.subject == subject)
+            .unwrap_or_else(|| panic!("no dead letter on {subject}"))
+    };
+
+    let undecodable = find("toolstream.dlq.cbad.mbad");
+    assert_eq!(undecodable.payload, broken, "the raw chunk is kept");
+    let reason = undecodable.header("Toolstream-Reason").unwrap_or_default();
+    assert!(
+        reason.contains("decode") || reason.contains("json"),
+        "reason: {reason}"
+    );
+    assert_eq!(
+        undecodable.header("Toolstream-Subject").as_deref(),
+        Some("toolstream.chunks.cbad.mbad")
+    );
+    assert!(undecodable.header("Toolstream-Stream-Seq").is_some());
+
+    let unroutable = find("toolstream.dlq.unroutable");
+    let reason = unroutable.header("Toolstream-Reason").unwrap_or_default();
+    assert!(reason.starts_with("unroutable_subject"), "reason: {reason}");
+    assert_eq!(
+        unroutable.header("Toolstream-Subject").as_deref(),
+        Some("toolstream.chunks.lonely")
+    );
+
+    let bad_seq = find("toolstream.dlq.cseq.mseq");
+    let reason = bad_seq.header("Toolstream-Reason").unwrap_or_default();
+    assert!(reason.starts_with("bad_seq"), "reason: {reason}");
+
+    // The good streams are exactly right.
+    let grouped = by_message(&events.all);
+    for i in 0..GOOD {
+        let evs = &grouped[&(format!("g{i}"), format!("gm{i}"))];
+        check_message(evs, &good_calls(i)).unwrap_or_else(|e| panic!("g{i}: {e}\n{evs:#?}"));
+    }
+}
