@@ -468,7 +468,7 @@ fn run(streams: Vec<StreamSpec>, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Restart => {
                 store.as_ref().unwrap().flush().unwrap();
                 drop(store.take());
-                store = Some(Store::open(dir.path(), config()).unwrap());
+                store = Some(common::reopen(dir.path(), config()));
             }
             Op::Tick(d) => {
                 now += d;

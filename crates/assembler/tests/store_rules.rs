@@ -345,7 +345,7 @@ fn outbox_keys_keep_increasing_across_restarts_even_when_emptied() {
     let dir = tempfile::tempdir().unwrap();
     let b = two_call_stream();
     let last = {
-        let s = Store::open(dir.path(), Config::default()).unwrap();
+        let s = reopen(dir.path(), Config::default());
         for (i, body) in b.iter().enumerate() {
             let _ = s.apply(&chunk("c", "m1", i as u64, body), 0).unwrap();
         }
@@ -357,7 +357,7 @@ fn outbox_keys_keep_increasing_across_restarts_even_when_emptied() {
         assert_eq!(s.outbox_len(), 0);
         rows.last().unwrap().key
     };
-    let s = Store::open(dir.path(), Config::default()).unwrap();
+    let s = reopen(dir.path(), Config::default());
     assert_eq!(s.outbox_len(), 0);
     let _ = s.apply(&chunk("c", "m2", 0, &b[0]), 0).unwrap();
     let rows = s.outbox_peek(100).unwrap();
@@ -374,13 +374,13 @@ fn an_open_message_survives_a_restart_with_its_argument_text() {
     let dir = tempfile::tempdir().unwrap();
     let b = two_call_stream();
     {
-        let s = Store::open(dir.path(), Config::default()).unwrap();
+        let s = reopen(dir.path(), Config::default());
         for (i, body) in b.iter().enumerate().take(3) {
             let _ = s.apply(&chunk("c", "m", i as u64, body), 0).unwrap();
         }
         s.flush().unwrap();
     }
-    let s = Store::open(dir.path(), Config::default()).unwrap();
+    let s = reopen(dir.path(), Config::default());
     assert_eq!(s.open_streams(), 1);
     for (i, body) in b.iter().enumerate().skip(3) {
         let _ = s.apply(&chunk("c", "m", i as u64, body), 0).unwrap();

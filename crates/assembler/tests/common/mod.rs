@@ -89,3 +89,17 @@ pub fn two_call_stream() -> Vec<Vec<u8>> {
         b"[DONE]".to_vec(),
     ]
 }
+
+/// Opens the sled store at `path`, retrying while a just-dropped handle still holds the file
+/// lock (sled releases it when its background I/O threads let go of the database).
+pub fn reopen(path: &std::path::Path, config: assembler::Config) -> Store {
+    let mut last = None;
+    for _ in 0..200 {
+        match Store::open(path, config.clone()) {
+            Ok(s) => return s,
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("cannot reopen {}: {last:?}", path.display());
+}
