@@ -9,6 +9,7 @@
 
 use crate::config::{Config, LogFormat};
 use crate::consume::ConsumeLoop;
+use crate::http::Health;
 use crate::metrics::Metrics;
 use crate::provision::{self, ProvisionError};
 use crate::relay_task::{Drained, RelayTask};
@@ -23,15 +24,6 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 pub use crate::config::RunArgs;
-
-/// Placeholder for `crate::http::Health` until http.rs compiles.
-#[derive(Debug, Default)]
-struct HealthStub;
-
-impl HealthStub {
-    fn set_store_open(&self, _: bool) {}
-    fn set_nats_connected(&self, _: bool) {}
-}
 
 /// Runs the command.
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -93,7 +85,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     shutdown::listen_for_signals(trigger.clone());
 
     let metrics = Arc::new(Metrics::default());
-    let health = Arc::new(HealthStub::default());
+    let health = Arc::new(Health::default());
 
     let store_dir = config.store_dir();
     let store = {
@@ -154,13 +146,21 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     };
     let relay_handle = tokio::spawn(relay.run(relay_stop_rx));
 
-    // HTTP CALL SITE: `crate::http::serve(config.metrics_listen, metrics, store, health,
-    // shutdown.receiver())` (W2's http.rs) is spawned here once http.rs compiles.
-    let http_handle = tokio::spawn(async { Ok::<(), anyhow::Error>(()) });
-
-    // QUERY SERVICE CALL SITE: `crate::query::serve(...)` (W2's query.rs) is started here once
-    // its signature has landed; it takes the client, the store, the prefix and
-    // `shutdown.receiver()`.
+    // GET /metrics and /healthz.
+    let http_handle = tokio::spawn(crate::http::serve(
+        config.metrics_listen,
+        Arc::clone(&metrics),
+        Arc::clone(&store),
+        Arc::clone(&health),
+        shutdown.receiver(),
+    ));
+    // Queries over the NATS service API (message snapshots, provider-valid history).
+    let query_handle = tokio::spawn(crate::query::serve(
+        client.clone(),
+        Arc::clone(&store),
+        config.subject_prefix.clone(),
+        shutdown.receiver(),
+    ));
 
     let consume = ConsumeLoop {
         store: Arc::clone(&store),
@@ -189,12 +189,15 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     relay_stop.trigger();
     let drained = relay_handle.await.unwrap_or(Drained::Incomplete);
 
-    match http_handle.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::warn!(error = %format!("{e:#}"), "http endpoint stopped with an error")
+    for (name, handle) in [
+        ("http endpoint", http_handle),
+        ("query service", query_handle),
+    ] {
+        match handle.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "{name} stopped with an error"),
+            Err(e) => tracing::warn!(error = %e, "{name} task failed"),
         }
-        Err(e) => tracing::warn!(error = %e, "http task failed"),
     }
     health.set_store_open(false);
     if let Err(e) = client.flush().await {

@@ -32,13 +32,6 @@ impl Trigger {
     pub fn trigger(&self) {
         self.tx.send_replace(true);
     }
-
-    /// A new observer.
-    pub fn subscribe(&self) -> Shutdown {
-        Shutdown {
-            rx: self.tx.subscribe(),
-        }
-    }
 }
 
 impl Shutdown {
@@ -49,7 +42,6 @@ impl Shutdown {
 
     /// The underlying receiver (`true` once shutdown is asked for), for services that take a
     /// `watch::Receiver<bool>` (`http::serve`, `query::serve`).
-    #[allow(dead_code)] // until the http/query call sites in run.rs are wired
     pub fn receiver(&self) -> watch::Receiver<bool> {
         self.rx.clone()
     }
@@ -114,7 +106,7 @@ mod tests {
     #[tokio::test]
     async fn every_observer_sees_one_trigger() {
         let (trigger, mut a) = channel();
-        let mut b = trigger.subscribe();
+        let mut b = a.clone();
         assert!(!a.is_triggered());
         trigger.trigger();
         trigger.trigger();
