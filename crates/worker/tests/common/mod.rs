@@ -129,6 +129,21 @@ impl Worker {
         }
     }
 
+    /// Waits until the current process has provisioned and started consuming (its "JetStream
+    /// ready" log line), so a test does not signal a process that is still starting.
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + WAIT;
+        while self.log().matches("JetStream ready").count() < self.starts as usize {
+            assert!(
+                Instant::now() < deadline,
+                "worker start {} not ready:\n{}",
+                self.starts,
+                tail(&self.log(), 40)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Everything the worker logged (all starts).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
