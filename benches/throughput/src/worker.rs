@@ -1,0 +1,135 @@
+//! The worker under test: `toolstream run` as a child process with a temp data dir and its
+//! `/metrics` + `/healthz` on a free port; log kept in the temp dir for failure messages.
+
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+/// A running worker process.
+pub struct Worker {
+    child: Option<Child>,
+    metrics_port: u16,
+    log: PathBuf,
+}
+
+impl Worker {
+    /// Starts `bin run` against `nats_url` with its store under `dir`.
+    pub fn start(
+        bin: &Path,
+        nats_url: &str,
+        dir: &Path,
+        extra: &[String],
+    ) -> anyhow::Result<Worker> {
+        let metrics_port = toolstream_testkit::free_port();
+        let log = dir.join("worker.log");
+        let log_file = std::fs::File::create(&log).context("worker log")?;
+        let child = Command::new(bin)
+            .arg("run")
+            .arg("--nats-url")
+            .arg(nats_url)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("--metrics-listen")
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .args(extra)
+            // Per-message logging is not what is measured.
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().context("log fd")?)
+            .stderr(log_file)
+            .spawn()
+            .with_context(|| format!("spawn {}", bin.display()))?;
+        Ok(Worker {
+            child: Some(child),
+            metrics_port,
+            log,
+        })
+    }
+
+    /// Waits until `/healthz` answers 200.
+    pub async fn wait_healthy(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    bail!(
+                        "worker exited at start ({status}); log:\n{}",
+                        self.log_tail()
+                    );
+                }
+            }
+            if let Ok(resp) = self.get("/healthz").await {
+                if resp.starts_with("HTTP/1.1 200") {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "worker not healthy within {limit:?}; log:\n{}",
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The `/metrics` body.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        let resp = self.get("/metrics").await?;
+        Ok(resp
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default())
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<String> {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await?;
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await?;
+        let mut out = String::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out)).await??;
+        Ok(out)
+    }
+
+    /// The last lines of the worker's log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// SIGTERM (graceful drain), then SIGKILL if it has not exited within `grace`.
+    pub async fn stop(&mut self, grace: Duration) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
