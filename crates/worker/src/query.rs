@@ -38,6 +38,18 @@ pub const SERVICE_NAME: &str = "toolstream";
 /// How long shutdown waits for requests in flight.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The query subject prefix a worker serves under: `subject_prefix` when unpartitioned,
+/// `<subject_prefix>.p.<partition>` when the server maps queries onto partitions
+/// (deploy/nats-server.conf), so each query reaches the one worker whose store holds the
+/// conversation.
+pub fn query_prefix(subject_prefix: &str, partitions: u32, partition: u32) -> String {
+    if partitions > 1 {
+        format!("{subject_prefix}.p.{partition}")
+    } else {
+        subject_prefix.to_string()
+    }
+}
+
 /// Why a query could not be answered. Each maps to a service error code.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
@@ -350,6 +362,17 @@ mod tests {
             let err = parse_message_subject("toolstream", bad).unwrap_err();
             assert_eq!(err.code(), 400, "{bad}");
         }
+    }
+
+    #[test]
+    fn partitioned_workers_serve_queries_under_their_partition() {
+        assert_eq!(query_prefix("toolstream", 1, 0), "toolstream");
+        assert_eq!(query_prefix("toolstream", 4, 3), "toolstream.p.3");
+        let prefix = query_prefix("toolstream", 4, 3);
+        assert_eq!(
+            parse_history_subject(&prefix, "toolstream.p.3.query.history.c1").unwrap(),
+            "c1"
+        );
     }
 
     #[test]
