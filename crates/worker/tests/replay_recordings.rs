@@ -854,3 +854,78 @@ fn timeline_prints_a_line_per_chunk_and_the_end_of_the_recording() {
         );
     }
 }
+
+/// The event-level checks can fail: starting from the real replay of a clean recording, each
+/// fault a broken assembler could produce is planted and must be reported.
+#[test]
+fn checker_reports_duplicates_missing_started_glued_calls_and_schema_violations() {
+    let file = recordings_dir().join("openai-chat/parallel_calls.sse");
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(expectation_path("openai-chat", &file)).expect("expectation"),
+    )
+    .expect("expectation JSON");
+    let out = replay(&file, &[]);
+    assert!(out.status.success(), "{}", stderr_text(&out));
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let problems_with = |events: &[Value]| {
+        let mut problems = Vec::new();
+        check_events(
+            "openai-chat",
+            "parallel_calls",
+            &expected,
+            events,
+            &mut problems,
+        );
+        problems.join("\n")
+    };
+    assert_eq!(problems_with(&events), "", "the clean replay passes");
+    let position = |t: &str, index: u64| {
+        events
+            .iter()
+            .position(|e| ty(e) == t && call_index(e) == Some(index))
+            .expect("event present")
+    };
+
+    // A re-published terminal event: duplicate event id and two terminal events.
+    let mut dup = events.clone();
+    dup.insert(0, events[position("tool_call.completed", 1)].clone());
+    let report = problems_with(&dup);
+    assert!(report.contains("appears twice"), "{report}");
+    assert!(report.contains("2 terminal events"), "{report}");
+
+    // A named call whose started event never came.
+    let mut unstarted = events.clone();
+    unstarted.remove(position("tool_call.started", 2));
+    let report = problems_with(&unstarted);
+    assert!(report.contains("no tool_call.started"), "{report}");
+
+    // Started after the end.
+    let mut late = events.clone();
+    let started = late.remove(position("tool_call.started", 0));
+    let end = late
+        .iter()
+        .position(|e| ty(e) == "tool_call.completed" && call_index(e) == Some(0))
+        .expect("end");
+    late.insert(end + 1, started);
+    let report = problems_with(&late);
+    assert!(report.contains("after its terminal event"), "{report}");
+
+    // Two parallel calls glued into one and sharing an id.
+    let mut glued = events.clone();
+    for e in glued.iter_mut().filter(|e| ty(e) == "message.completed") {
+        e["calls"][0]["tool_call"]["raw_arguments"] = Value::from(r#"{"a":1}{"b":2}"#);
+        e["calls"][1]["tool_call"]["id"] = e["calls"][0]["tool_call"]["id"].clone();
+    }
+    let report = problems_with(&glued);
+    assert!(report.contains("glued arguments"), "{report}");
+    assert!(report.contains("share the id"), "{report}");
+
+    // A field the schema does not know.
+    let mut off_schema = events.clone();
+    off_schema[0]["surprise"] = Value::from(true);
+    let report = problems_with(&off_schema);
+    assert!(report.contains("violates the schema"), "{report}");
+}
