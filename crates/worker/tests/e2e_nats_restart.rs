@@ -1,0 +1,115 @@
+//! The NATS server SIGKILLed and restarted (same port, same JetStream store) while streams are
+//! being published and consumed: the worker reconnects by itself, keeps its state, and finishes
+//! every stream with every event exactly once.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use toolstream_testkit::NatsServer;
+
+const MESSAGES: usize = 24;
+
+fn calls_of(i: usize) -> Vec<Call> {
+    (0..1 + i % 2)
+        .map(|k| Call {
+            id: format!("call_{i}_{k}"),
+            name: "query_db".to_string(),
+            args: json!({"sql": format!("select {k} from t{i}"), "timeout_ms": 100 * i}),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_killed_and_restarted_under_load_every_stream_still_completes() {
+    let mut server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    wait_provisioned(&js, "toolstream").await;
+    worker.wait_ready();
+    let producer = Producer::new(js.clone());
+
+    let mut tasks = Vec::new();
+    for i in 0..MESSAGES {
+        let producer = producer.clone();
+        tasks.push(tokio::spawn(async move {
+            for (seq, body) in openai_chat_stream(&calls_of(i)).iter().enumerate() {
+                producer
+                    .chunk(
+                        &format!("c{i}"),
+                        &format!("m{i}"),
+                        "openai-chat",
+                        seq as u64,
+                        body,
+                    )
+                    .await;
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+        }));
+    }
+
+    // Let some of the run happen, then take the server away under load and bring it back.
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    events
+        .until(WAIT, "first events", |all| all.len() >= 5, || worker.log())
+        .await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server
+        .restart()
+        .expect("server restarts on the same port and store");
+
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let expected_events: usize = (0..MESSAGES).map(|i| 2 * calls_of(i).len() + 1).sum();
+    events
+        .until(
+            WAIT * 2,
+            "every message.completed after the server restart",
+            |all| completed_messages(all) >= MESSAGES,
+            || {
+                format!(
+                    "{}\n--- server log ---\n{}",
+                    worker.log(),
+                    tail(&server.log(), 20)
+                )
+            },
+        )
+        .await;
+    let mut worker = worker;
+    assert!(
+        worker.terminate(),
+        "clean exit:\n{}",
+        tail(&worker.log(), 40)
+    );
+    events.poll().await;
+
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &events.all {
+        *counts
+            .entry(e.json()["event_id"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "events published twice: {twice:?}");
+    assert_eq!(events.all.len(), expected_events);
+    let grouped = by_message(&events.all);
+    for i in 0..MESSAGES {
+        let evs = &grouped[&(format!("c{i}"), format!("m{i}"))];
+        check_message(evs, &calls_of(i)).unwrap_or_else(|e| panic!("m{i}: {e}\n{evs:#?}"));
+    }
+    let log = worker.log();
+    assert!(
+        log.contains("disconnected from NATS"),
+        "the worker saw the outage"
+    );
+    assert_eq!(
+        log.matches("store open").count(),
+        1,
+        "the worker process was never restarted: it reconnected"
+    );
+}
