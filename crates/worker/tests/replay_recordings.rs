@@ -929,3 +929,33 @@ fn checker_reports_duplicates_missing_started_glued_calls_and_schema_violations(
     let report = problems_with(&off_schema);
     assert!(report.contains("violates the schema"), "{report}");
 }
+
+/// `toolstream replay a/parallel_calls.sse b/parallel_calls.ndjson`: both files become message
+/// `parallel_calls` of conversation `replay`, so the second one's chunks look like duplicates of
+/// the first one's. A user must see both replays, or one clear error — never a silent half.
+#[test]
+fn replay_of_two_files_with_the_same_name_does_not_silently_drop_one() {
+    let anthropic = recordings_dir().join("anthropic/parallel_calls.sse");
+    let bedrock = recordings_dir().join("bedrock/parallel_calls.ndjson");
+    let out = toolstream()
+        .arg("replay")
+        .arg(&anthropic)
+        .arg(&bedrock)
+        .output()
+        .expect("run toolstream replay");
+    if !out.status.success() {
+        assert_one_line_error(&out, "two files, one message id", "parallel_calls");
+        return;
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for id in [
+        "toolu_01A09q90qw90lq917835lq9a",
+        "tooluse_Hq3vPz8sT0K2mWc6Xn4Ryw",
+    ] {
+        assert!(
+            stdout.contains(id),
+            "the replay of both files does not show call {id} (exit 0, stderr {:?}):\n{stdout}",
+            stderr_text(&out)
+        );
+    }
+}
