@@ -3,7 +3,7 @@
 //! as `toolstream run` would publish them. No server needed.
 //!
 //! Each FILE is one message of the conversation `replay` (message id: the file name without
-//! extension, made a valid subject token). Chunks get producer sequence numbers 0, 1, 2, … and a logical clock
+//! extension, made a valid subject token; `_2`, `_3`, … when two files share a name). Chunks get producer sequence numbers 0, 1, 2, … and a logical clock
 //! (one millisecond per chunk), so no timeout fires during a replay. The end of a file is an
 //! explicit end of stream: a call the recording never finished ends `abandoned`, never
 //! `completed`.
@@ -58,9 +58,13 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     }
     // Read and frame every file before touching the store: a bad file fails the command
     // without printing half a replay.
-    let mut recordings = Vec::with_capacity(args.files.len());
+    let mut recordings: Vec<Recording> = Vec::with_capacity(args.files.len());
     for path in &args.files {
-        recordings.push(Recording::load(path, forced)?);
+        let mut rec = Recording::load(path, forced)?;
+        rec.message_id = distinct(&rec.message_id, |id| {
+            recordings.iter().any(|r| r.message_id == id)
+        });
+        recordings.push(rec);
     }
 
     let config = assembler::Config::default();
@@ -328,6 +332,19 @@ fn describe_chunk_event(e: &ChunkEvent) -> String {
     }
 }
 
+/// `base`, or `base_2`, `base_3`, … : the first that `taken` refuses. Two files with the same
+/// name (`anthropic/parallel_calls.sse`, `bedrock/parallel_calls.ndjson`) become two messages
+/// instead of the second being taken for duplicates of the first.
+fn distinct(base: &str, taken: impl Fn(&str) -> bool) -> String {
+    if !taken(base) {
+        return base.to_string();
+    }
+    (2..)
+        .map(|n| format!("{base}_{n}"))
+        .find(|candidate| !taken(candidate))
+        .unwrap_or_else(|| base.to_string())
+}
+
 /// Whether `s` is usable as one NATS subject token.
 fn is_token(s: &str) -> bool {
     !s.is_empty()
@@ -371,5 +388,18 @@ mod tests {
         );
         assert!(is_token(&message_token(Path::new("a.b*c>d"))));
         assert!(!is_token("a.b"));
+    }
+
+    #[test]
+    fn files_with_the_same_name_get_distinct_message_ids() {
+        let taken = ["calls".to_string(), "calls_2".to_string()];
+        assert_eq!(
+            distinct("calls", |id| taken.iter().any(|t| t == id)),
+            "calls_3"
+        );
+        assert_eq!(
+            distinct("other", |id| taken.iter().any(|t| t == id)),
+            "other"
+        );
     }
 }
