@@ -68,12 +68,11 @@ trap 'exit 130' INT TERM
 
 # The INFO line a NATS server sends on connect, or nothing.
 nats_info() {
-  local port=$1 line=""
-  if exec 3<>"/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
+  (
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 0
     IFS= read -r -t 2 line <&3 || true
-    exec 3>&- 3<&- || true
-  fi
-  printf '%s' "$line"
+    printf '%s' "${line:-}"
+  ) 2>/dev/null
 }
 
 port_in_use() {
@@ -93,11 +92,11 @@ free_port() {
 
 # HTTP GET on 127.0.0.1 without curl: prints the whole response.
 http_get() {
-  local port=$1 path=$2
-  exec 4<>"/dev/tcp/127.0.0.1/$port" || return 1
-  printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$path" >&4
-  cat <&4
-  exec 4>&- 4<&- || true
+  (
+    exec 4<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$2" >&4
+    cat <&4
+  ) 2>/dev/null
 }
 
 find_nats_server() {
@@ -142,7 +141,9 @@ if [[ "$INFO_LINE" == INFO* ]] && [[ "$INFO_LINE" == *'"jetstream":true'* ]]; th
   info "reusing the nats-server with JetStream on 127.0.0.1:$PORT"
 else
   if [ -n "$INFO_LINE" ] || port_in_use "$NATS_PORT"; then
-    PORT="$(free_port $((NATS_PORT + 10000)))" || die "no free port for nats-server"
+    BASE=$((NATS_PORT + 10000))
+    [ "$BASE" -gt 65000 ] && BASE=14222
+    PORT="$(free_port "$BASE")" || die "no free port for nats-server"
     info "127.0.0.1:$NATS_PORT is taken by something without JetStream: starting our own on $PORT"
   else
     PORT="$NATS_PORT"

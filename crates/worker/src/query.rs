@@ -20,7 +20,6 @@
 //! the value becomes `true` (or the sender is dropped), then lets requests in flight finish
 //! (bounded by [`DRAIN_TIMEOUT`]).
 
-use anyhow::Context;
 use async_nats::service::ServiceExt;
 use bytes::Bytes;
 use chunk_model::encode::HistoryFormat;
@@ -42,6 +41,8 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// `<subject_prefix>.p.<partition>` when the server maps queries onto partitions
 /// (deploy/nats-server.conf), so each query reaches the one worker whose store holds the
 /// conversation.
+// Used by run.rs when partitioned; until it is wired there, only the tests call it.
+#[allow(dead_code)]
 pub fn query_prefix(subject_prefix: &str, partitions: u32, partition: u32) -> String {
     if partitions > 1 {
         format!("{subject_prefix}.p.{partition}")
@@ -310,28 +311,6 @@ fn parse_history_body(body: &[u8]) -> Result<HistoryRequest, QueryError> {
         .entry("target")
         .or_insert_with(|| serde_json::Value::String("openai-chat".to_string()));
     serde_json::from_value(value).map_err(|e| QueryError::BadBody(e.to_string()))
-}
-
-/// Sends one query and turns a service error into `Err`. Used by tests and tools.
-pub async fn request(
-    client: &async_nats::Client,
-    subject: String,
-    body: Bytes,
-) -> anyhow::Result<Bytes> {
-    let reply = client
-        .request(subject.clone(), body)
-        .await
-        .with_context(|| format!("query {subject}"))?;
-    if let Some(headers) = &reply.headers {
-        if let Some(code) = headers.get(async_nats::service::NATS_SERVICE_ERROR_CODE) {
-            let status = headers
-                .get(async_nats::service::NATS_SERVICE_ERROR)
-                .map(|s| s.as_str().to_string())
-                .unwrap_or_default();
-            anyhow::bail!("query {subject} failed with {}: {status}", code.as_str());
-        }
-    }
-    Ok(reply.payload)
 }
 
 /// Completes when shutdown is asked for or every sender is gone (the `watch::Ref` is dropped

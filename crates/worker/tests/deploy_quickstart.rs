@@ -1,0 +1,138 @@
+//! `scripts/quickstart.sh`, the README's main command, run for real: it starts (or reuses) a
+//! nats-server, builds and starts the worker, publishes the recorded sample and prints the
+//! completed events, then stops what it started and only that. Never on the shared port 4222:
+//! each test points it at its own port.
+//!
+//! The script builds the binary with cargo (already fresh when these tests run) and picks a
+//! free /metrics port; the tests take turns so two scripts never race for the same port.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use toolstream_testkit::{free_port, NatsServer};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/quickstart.sh")
+}
+
+fn run_quickstart(port: u16) -> Output {
+    Command::new("bash")
+        .arg(script())
+        .env("QUICKSTART_NATS_PORT", port.to_string())
+        .env("QUICKSTART_TIMEOUT", "60")
+        .output()
+        .expect("run scripts/quickstart.sh")
+}
+
+/// The event lines it printed, as JSON.
+fn events(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("event JSON"))
+        .collect()
+}
+
+fn assert_sample_events(out: &Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "quickstart failed:\n{stderr}");
+    let events = events(out);
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    // parallel_calls.sse: three calls started, three completed, then the message.
+    assert_eq!(
+        types,
+        [
+            "tool_call.started",
+            "tool_call.started",
+            "tool_call.started",
+            "tool_call.completed",
+            "tool_call.completed",
+            "tool_call.completed",
+            "message.completed"
+        ],
+        "{stderr}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["calls"].as_array().map(Vec::len), Some(3));
+    assert!(stderr.contains("toolstream_events_out_total"), "{stderr}");
+}
+
+fn listening(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+#[test]
+fn quickstart_starts_its_own_server_shows_the_events_and_stops_it() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let out = run_quickstart(port);
+    assert_sample_events(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!(
+        "starting nats-server with JetStream on 127.0.0.1:{port}"
+    )));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while listening(port) {
+        assert!(
+            Instant::now() < deadline,
+            "the server it started is still running"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn quickstart_reuses_a_running_jetstream_server_and_leaves_it_running() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let server = NatsServer::start().expect("nats-server");
+    let out = run_quickstart(server.port());
+    assert_sample_events(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "reusing the nats-server with JetStream on 127.0.0.1:{}",
+            server.port()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        listening(server.port()),
+        "a reused server must not be stopped"
+    );
+}
+
+#[test]
+fn quickstart_works_around_a_port_taken_by_something_else() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    // Something that is not a NATS server holds the port.
+    let squatter = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = squatter.local_addr().expect("addr").port();
+    let out = run_quickstart(port);
+    assert_sample_events(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is taken by something without JetStream"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn quickstart_fails_loudly_when_the_recording_is_missing() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = Command::new("bash")
+        .arg(script())
+        .env("QUICKSTART_NATS_PORT", free_port().to_string())
+        .env("QUICKSTART_RECORDING", "tests/recordings/nope.sse")
+        .output()
+        .expect("run scripts/quickstart.sh");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("quickstart FAILED: recording tests/recordings/nope.sse not found"),
+        "{stderr}"
+    );
+}
