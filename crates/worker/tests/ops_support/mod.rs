@@ -1,0 +1,177 @@
+//! Support for the query and HTTP integration tests: the real `toolstream run` as a child
+//! process whose `/metrics` + `/healthz` port the test chooses, a tiny HTTP GET, and a NATS
+//! service request that turns `Nats-Service-Error` replies into `Err`.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Default deadline for anything these tests wait for.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// `toolstream run` with a known metrics port.
+pub struct OpsWorker {
+    child: Option<Child>,
+    /// Port of `/metrics` and `/healthz`.
+    pub metrics_port: u16,
+    log_path: std::path::PathBuf,
+}
+
+impl OpsWorker {
+    /// Starts the worker on `url` with its store in `data_dir` and quick test timings.
+    pub fn start(url: &str, data_dir: &Path) -> OpsWorker {
+        let metrics_port = toolstream_testkit::free_port();
+        let log_path = data_dir.with_extension("log");
+        let log = std::fs::File::create(&log_path).expect("worker log");
+        let child = Command::new(env!("CARGO_BIN_EXE_toolstream"))
+            .arg("run")
+            .args(["--nats-url", url])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+            .args(["--fetch-expiry", "1s", "--tick-interval", "200ms"])
+            .args(["--relay-interval", "200ms"])
+            .env("RUST_LOG", "info")
+            .env_remove("TOOLSTREAM_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn toolstream run");
+        OpsWorker {
+            child: Some(child),
+            metrics_port,
+            log_path,
+        }
+    }
+
+    /// The worker's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// GET `path` on the metrics port: (status, body).
+    pub async fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        http_get(self.metrics_port, path).await
+    }
+
+    /// Polls `path` until its status is `want`; panics with the log after [`WAIT`].
+    pub async fn wait_status(&self, path: &str, want: u16) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Ok((status, body)) = self.get(path).await {
+                if status == want {
+                    return body;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path} never answered {want}; worker log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM and a bounded wait; whether it exited successfully.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Ok(Some(status)) = c.try_wait() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for OpsWorker {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A one-shot HTTP/1.1 GET on 127.0.0.1: (status, body).
+pub async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out))
+        .await
+        .map_err(|_| std::io::Error::other("HTTP read timed out"))??;
+    let status = out
+        .split_ascii_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The value of one sample line (`name value`) in a Prometheus text body.
+pub fn sample(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// A service error reply: code and status text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceError {
+    /// `Nats-Service-Error-Code`.
+    pub code: u16,
+    /// `Nats-Service-Error`.
+    pub status: String,
+}
+
+/// Sends a request (bounded by 10 s: an unanswered query is a failure, not a hang) and
+/// splits service errors from answers.
+pub async fn query(
+    client: &async_nats::Client,
+    subject: &str,
+    body: &str,
+) -> Result<serde_json::Value, ServiceError> {
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(subject.to_string(), body.to_string().into()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("no answer to {subject} within 10s"))
+    .unwrap_or_else(|e| panic!("request {subject}: {e}"));
+    if let Some(h) = &reply.headers {
+        if let Some(code) = h.get("Nats-Service-Error-Code") {
+            return Err(ServiceError {
+                code: code.as_str().parse().unwrap_or(0),
+                status: h
+                    .get("Nats-Service-Error")
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    Ok(serde_json::from_slice(&reply.payload).unwrap_or_else(|e| {
+        panic!(
+            "answer to {subject} is not JSON ({e}): {}",
+            String::from_utf8_lossy(&reply.payload)
+        )
+    }))
+}
