@@ -11,7 +11,7 @@ use async_nats::jetstream::consumer::{self, pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::context::{
     ConsumerInfoErrorKind, CreateStreamErrorKind, GetStreamErrorKind,
 };
-use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
+use async_nats::jetstream::stream::{self, ConsumerErrorKind, RetentionPolicy, StorageType};
 use async_nats::jetstream::Context;
 use async_nats::jetstream::ErrorCode;
 use std::collections::BTreeSet;
@@ -313,8 +313,13 @@ pub async fn provision(
             input_stream
                 .create_consumer(want.clone())
                 .await
-                .map_err(|e| {
-                    ProvisionError::Transient(anyhow::anyhow!("create consumer {name}: {e}"))
+                .map_err(|e| match e.kind() {
+                    // refused by the server (bad filter, limits): retrying cannot help
+                    ConsumerErrorKind::JetStream(js_err) => ProvisionError::Fatal(anyhow::anyhow!(
+                        "create consumer {name} with filter {:?}: {js_err}",
+                        want.filter_subject
+                    )),
+                    _ => ProvisionError::Transient(anyhow::anyhow!("create consumer {name}: {e}")),
                 })?;
         }
     }

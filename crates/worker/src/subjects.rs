@@ -3,9 +3,11 @@
 //! Producers publish `<prefix>.chunks.<conv>.<msg>` and `<prefix>.results.<conv>.<msg>`. With
 //! `partitions > 1` the server maps those (deploy/nats-server.conf) to
 //! `<prefix>.p.<k>.chunks.<conv>.<msg>` / `<prefix>.p.<k>.results.<conv>.<msg>`, where
-//! `k = partition(N, conv)`; the input stream then holds `<prefix>.p.*.chunks.>` and
-//! `<prefix>.p.*.results.>`, and partition `k`'s consumer filters on `<prefix>.p.<k>.>` (one
-//! filter subject: nats-server 2.9 has no multi-filter consumers).
+//! `k = partition(N, conv)`; the input stream then holds `<prefix>.p.*.>` and partition `k`'s
+//! consumer filters on `<prefix>.p.<k>.>`. One filter subject per consumer (nats-server 2.9 has
+//! no multi-filter consumers), and 2.9 wants that filter inside one stream subject, which is why
+//! the stream takes all of `<prefix>.p.*.>` rather than `.p.*.chunks.>` + `.p.*.results.>`;
+//! anything else published there is dead-lettered as unroutable.
 
 use assembler::InputKind;
 
@@ -50,7 +52,7 @@ impl Subjects {
     pub fn input_stream_subjects(&self, partitions: u32) -> Vec<String> {
         let p = &self.prefix;
         if partitions > 1 {
-            vec![format!("{p}.p.*.chunks.>"), format!("{p}.p.*.results.>")]
+            vec![format!("{p}.p.*.>")]
         } else {
             vec![format!("{p}.chunks.>"), format!("{p}.results.>")]
         }
@@ -179,9 +181,6 @@ mod tests {
         let s = Subjects::new("toolstream");
         assert_eq!(s.consumer_filter(1, 0), "");
         assert_eq!(s.consumer_filter(4, 2), "toolstream.p.2.>");
-        assert_eq!(
-            s.input_stream_subjects(4),
-            vec!["toolstream.p.*.chunks.>", "toolstream.p.*.results.>"]
-        );
+        assert_eq!(s.input_stream_subjects(4), vec!["toolstream.p.*.>"]);
     }
 }

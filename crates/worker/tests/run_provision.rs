@@ -1,0 +1,228 @@
+//! Provisioning against a real nats-server: streams and the consumer are created with the
+//! settings toolstream needs; existing ones with incompatible settings stop the worker with an
+//! error naming the field and are left untouched; with partitions, each worker owns one durable
+//! consumer filtered on its partition and together they assemble every stream once.
+
+mod common;
+
+use async_nats::jetstream::consumer::{pull, AckPolicy};
+use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
+use common::*;
+use serde_json::json;
+use std::time::Duration;
+use toolstream_testkit::NatsServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_server_gets_streams_and_a_bounded_explicit_ack_consumer() {
+    let server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::start(
+        &server.url(),
+        &dir.path().join("store"),
+        &["--duplicate-window", "30m", "--max-deliver", "7"],
+    );
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    wait_provisioned(&js, "toolstream").await;
+
+    let mut input = js.get_stream("TOOLSTREAM_IN").await.unwrap();
+    let cfg = input.info().await.unwrap().config.clone();
+    let mut subjects = cfg.subjects.clone();
+    subjects.sort();
+    assert_eq!(
+        subjects,
+        vec!["toolstream.chunks.>", "toolstream.results.>"]
+    );
+    assert_eq!(cfg.storage, StorageType::File);
+    let mut events = js.get_stream("TOOLSTREAM_EVENTS").await.unwrap();
+    let ev = events.info().await.unwrap().config.clone();
+    assert_eq!(ev.subjects, vec!["toolstream.events.>"]);
+    assert_eq!(ev.duplicate_window, Duration::from_secs(1800));
+    let mut dlq = js.get_stream("TOOLSTREAM_DLQ").await.unwrap();
+    assert_eq!(
+        dlq.info().await.unwrap().config.subjects,
+        vec!["toolstream.dlq.>"]
+    );
+
+    let c = input.consumer_info("toolstream").await.unwrap().config;
+    assert_eq!(c.durable_name.as_deref(), Some("toolstream"));
+    assert_eq!(c.ack_policy, AckPolicy::Explicit);
+    assert_eq!(c.max_deliver, 7);
+    assert_eq!(c.max_ack_pending, 4096);
+    assert_eq!(
+        c.ack_wait,
+        Duration::from_secs(4),
+        "the harness passes --ack-wait 4s"
+    );
+    assert!(c.deliver_subject.is_none(), "a pull consumer");
+
+    // A second start finds everything compatible and runs.
+    assert!(worker.terminate());
+    worker.restart();
+    worker.wait_ready();
+    assert!(worker.terminate(), "{}", tail(&worker.log(), 30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incompatible_existing_stream_stops_the_worker_naming_the_field() {
+    let server = NatsServer::start().expect("nats-server");
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    js.create_stream(stream::Config {
+        name: "TOOLSTREAM_IN".to_string(),
+        subjects: vec!["toolstream.chunks.>".into(), "toolstream.results.>".into()],
+        retention: RetentionPolicy::WorkQueue,
+        storage: StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
+    let exited = worker.wait_exit(WAIT);
+    assert_eq!(exited, Some(false), "the worker exits with an error");
+    let log = worker.log();
+    assert!(log.contains("TOOLSTREAM_IN"), "{log}");
+    assert!(log.contains("`retention`"), "{log}");
+    assert!(log.contains("`storage`"), "{log}");
+
+    let mut s = js.get_stream("TOOLSTREAM_IN").await.unwrap();
+    let cfg = s.info().await.unwrap().config.clone();
+    assert_eq!(cfg.retention, RetentionPolicy::WorkQueue, "left untouched");
+    assert_eq!(cfg.storage, StorageType::Memory, "left untouched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_consumer_with_unbounded_redelivery_is_refused() {
+    let server = NatsServer::start().expect("nats-server");
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    let input = js
+        .create_stream(stream::Config {
+            name: "TOOLSTREAM_IN".to_string(),
+            subjects: vec!["toolstream.chunks.>".into(), "toolstream.results.>".into()],
+            storage: StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    input
+        .create_consumer(pull::Config {
+            durable_name: Some("toolstream".into()),
+            ack_policy: AckPolicy::Explicit,
+            max_deliver: -1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
+    assert_eq!(worker.wait_exit(WAIT), Some(false));
+    let log = worker.log();
+    assert!(log.contains("consumer toolstream"), "{log}");
+    assert!(log.contains("`max_deliver`"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_partitions_two_workers_every_stream_assembled_once() {
+    // The deploy mapping, with 2 partitions.
+    let server = NatsServer::start_with_config(
+        r#"mappings = {
+  "toolstream.chunks.*.*": "toolstream.p.{{partition(2,1)}}.chunks.{{wildcard(1)}}.{{wildcard(2)}}"
+  "toolstream.results.*.*": "toolstream.p.{{partition(2,1)}}.results.{{wildcard(1)}}.{{wildcard(2)}}"
+}
+"#,
+    )
+    .expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|k| {
+            Worker::start(
+                &server.url(),
+                &dir.path().join(format!("w{k}")),
+                &["--partitions", "2", "--partition", &k.to_string()],
+            )
+        })
+        .collect();
+    for w in &workers {
+        w.wait_ready();
+    }
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    wait_provisioned(&js, "toolstream-p0").await;
+    wait_provisioned(&js, "toolstream-p1").await;
+
+    let producer = Producer::new(js.clone());
+    const N: usize = 16;
+    let calls = |i: usize| {
+        vec![Call {
+            id: format!("call_p{i}"),
+            name: "f".into(),
+            args: json!({"i": i}),
+        }]
+    };
+    for i in 0..N {
+        for (seq, body) in openai_chat_stream(&calls(i)).iter().enumerate() {
+            producer
+                .chunk(
+                    &format!("conv{i}"),
+                    &format!("msg{i}"),
+                    "openai-chat",
+                    seq as u64,
+                    body,
+                )
+                .await;
+        }
+    }
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    events
+        .until(
+            WAIT,
+            "every message.completed from two partitions",
+            |all| completed_messages(all) >= N,
+            || {
+                workers
+                    .iter()
+                    .map(|w| w.log())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
+        )
+        .await;
+    for w in workers.iter_mut() {
+        assert!(w.terminate(), "{}", tail(&w.log(), 30));
+    }
+    events.poll().await;
+    assert_eq!(events.all.len(), 3 * N, "each stream once");
+    let grouped = by_message(&events.all);
+    for i in 0..N {
+        check_message(
+            &grouped[&(format!("conv{i}"), format!("msg{i}"))],
+            &calls(i),
+        )
+        .unwrap();
+    }
+
+    let input = js.get_stream("TOOLSTREAM_IN").await.unwrap();
+    let mut delivered = Vec::new();
+    for k in 0..2 {
+        let info = input
+            .consumer_info(format!("toolstream-p{k}"))
+            .await
+            .unwrap();
+        assert_eq!(info.config.filter_subject, format!("toolstream.p.{k}.>"));
+        delivered.push(info.delivered.consumer_sequence);
+    }
+    assert!(
+        delivered.iter().all(|d| *d > 0),
+        "both partitions got work: {delivered:?}"
+    );
+    let chunks_per_stream = openai_chat_stream(&calls(0)).len() as u64;
+    // Redeliveries could add a few, but a chunk seen by both partitions would double the sum.
+    let total = N as u64 * chunks_per_stream;
+    let sum: u64 = delivered.iter().sum();
+    assert!(
+        sum >= total && sum < total + total / 2,
+        "each chunk goes to one partition: {sum} deliveries for {total} chunks"
+    );
+    assert!(dir.path().join("w0/partition-0").is_dir());
+    assert!(dir.path().join("w1/partition-1").is_dir());
+}
