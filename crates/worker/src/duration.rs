@@ -72,6 +72,7 @@ impl fmt::Display for HumanDuration {
             ("m", 60_000),
             ("s", 1000),
         ] {
+            #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87; MSRV is 1.85
             if ms % size == 0 {
                 return write!(f, "{}{unit}", ms / size);
             }
