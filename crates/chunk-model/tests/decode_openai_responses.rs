@@ -143,6 +143,13 @@ fn failed_and_error_events_are_provider_errors() {
             message: "server_error: The model failed.".into()
         }]
     );
+    let numeric = r#"{"type":"error","code":429,"message":"Too many requests"}"#;
+    assert_eq!(
+        decode_ok(P, numeric),
+        vec![ChunkEvent::ProviderError {
+            message: "429: Too many requests".into()
+        }]
+    );
     let error = r#"{"type":"error","code":"ERR_SOMETHING","message":"Something went wrong","param":null,"sequence_number":1}"#;
     assert_eq!(
         decode_ok(P, error),

@@ -53,8 +53,10 @@ struct Event<'a> {
     response: Option<Response<'a>>,
     #[serde(borrow, default)]
     message: Option<Text<'a>>,
-    #[serde(borrow, default)]
-    code: Option<Text<'a>>,
+    /// Error code: a string in OpenAI's docs, but any JSON is accepted (some proxies send
+    /// numbers) since the event is reported either way.
+    #[serde(default)]
+    code: Option<JsonText>,
 }
 
 #[derive(Deserialize)]
@@ -169,7 +171,8 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
             vec![ChunkEvent::ProviderError { message }]
         }
         "error" => {
-            let message = match (non_blank_text(event.code), non_blank_text(event.message)) {
+            let code = event.code.map(|c| c.text).filter(|c| !c.trim().is_empty());
+            let message = match (code, non_blank_text(event.message)) {
                 (Some(code), Some(message)) => format!("{code}: {message}"),
                 (None, Some(message)) => message,
                 (Some(code), None) => code,

@@ -5,7 +5,7 @@
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 /// Longest provider error message kept in a [`crate::ChunkEvent::ProviderError`].
 pub const MESSAGE_CHARS: usize = 300;
@@ -163,10 +163,36 @@ impl<'de> Visitor<'de> for TopVisitor {
 /// overflows the stack.
 struct Compact<'s>(&'s mut String);
 
-fn push_json_string<E: de::Error>(out: &mut String, s: &str) -> Result<(), E> {
-    let quoted = serde_json::to_string(s).map_err(E::custom)?;
-    out.push_str(&quoted);
-    Ok(())
+/// Appends `s` as a JSON string literal, escaped exactly as serde_json does (`"`, `\\` and
+/// control characters only), without an intermediate allocation.
+fn push_json_string(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        // Every byte matched above is ASCII, so `start..i` are char boundaries.
+        out.push_str(s.get(start..i).unwrap_or_default());
+        if escape.is_empty() {
+            // Writing into a String cannot fail.
+            let _ = write!(out, "\\u{b:04x}");
+        } else {
+            out.push_str(escape);
+        }
+        start = i + 1;
+    }
+    out.push_str(s.get(start..).unwrap_or_default());
+    out.push('"');
 }
 
 impl<'de> DeserializeSeed<'de> for Compact<'_> {
@@ -190,12 +216,13 @@ impl<'de> Visitor<'de> for Compact<'_> {
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
-        self.0.push_str(&v.to_string());
+        // Writing into a String cannot fail.
+        let _ = write!(self.0, "{v}");
         Ok(())
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
-        self.0.push_str(&v.to_string());
+        let _ = write!(self.0, "{v}");
         Ok(())
     }
 
@@ -208,7 +235,8 @@ impl<'de> Visitor<'de> for Compact<'_> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
-        push_json_string(self.0, v)
+        push_json_string(self.0, v);
+        Ok(())
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<(), E> {
@@ -254,7 +282,7 @@ impl<'de> Visitor<'de> for Compact<'_> {
                 self.0.push(',');
             }
             first = false;
-            push_json_string(self.0, &key)?;
+            push_json_string(self.0, &key);
             self.0.push(':');
             map.next_value_seed(Compact(self.0))?;
         }
@@ -319,6 +347,23 @@ mod tests {
         let t: JsonText = serde_json::from_str(r#""{\"a\":""#).unwrap();
         assert_eq!(t.text, r#"{"a":"#);
         assert!(t.was_string);
+    }
+
+    #[test]
+    fn string_escaping_matches_serde_json() {
+        for s in [
+            "plain",
+            "q\"uote",
+            "back\\slash",
+            "nl\n\r\t\u{8}\u{c}",
+            "\u{1}\u{1f}\u{7f}",
+            "é🦀/<>",
+            "",
+        ] {
+            let mut out = String::new();
+            push_json_string(&mut out, s);
+            assert_eq!(out, serde_json::to_string(s).unwrap(), "{s:?}");
+        }
     }
 
     #[test]
