@@ -103,7 +103,7 @@ fn filter(args: &TailArgs) -> anyhow::Result<String> {
 /// A source of event payloads: live subscription or ordered consumer.
 enum Source {
     Live(async_nats::Subscriber),
-    Stored(async_nats::jetstream::consumer::pull::Ordered),
+    Stored(Box<async_nats::jetstream::consumer::pull::Ordered>),
 }
 
 impl Source {
@@ -141,12 +141,12 @@ async fn run(args: &TailArgs) -> anyhow::Result<TailEnd> {
             })
             .await
             .with_context(|| format!("creating an ordered consumer on {stream_name}"))?;
-        Source::Stored(
+        Source::Stored(Box::new(
             consumer
                 .messages()
                 .await
                 .context("reading the events stream")?,
-        )
+        ))
     } else {
         Source::Live(
             client
