@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const CHILD_ENV: &str = "TOOLSTREAM_CRASH_DIR";
-const BATCH: usize = 16;
+const BATCH: usize = 4;
 const KILLS: usize = 24;
 const MESSAGES: usize = 500;
 
@@ -185,6 +185,7 @@ fn crash_child() {
         }
     };
     relay(&store);
+    std::fs::write(dir.join("started"), "1").unwrap();
     let mut at = read_acked(dir);
     while at < items.len() {
         let end = (at + BATCH).min(items.len());
@@ -325,11 +326,24 @@ fn sigkill_at_random_points_loses_and_duplicates_nothing() {
         if dir.path().join("done").exists() {
             break;
         }
+        let _ = std::fs::remove_file(dir.path().join("started"));
         let mut child = spawn_child(dir.path());
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        std::thread::sleep(Duration::from_millis(250 + rng % 700));
+        if rng.is_multiple_of(4) {
+            // Anywhere, including while the child opens and recovers the store.
+            std::thread::sleep(Duration::from_millis(rng % 600));
+        } else {
+            // While it works: wait until it has recovered, then a little longer.
+            for _ in 0..500 {
+                if dir.path().join("started").exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(rng % 80));
+        }
         let _ = child.kill();
         let _ = child.wait();
         kills += 1;

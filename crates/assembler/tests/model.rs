@@ -339,7 +339,7 @@ impl Model {
         let keys: Vec<(InputKind, String)> = self.streams.keys().cloned().collect();
         for key in &keys {
             let st = self.streams.get_mut(key).unwrap();
-            if !st.gap_since.is_some_and(|t| now - t >= GAP) {
+            if st.gap_since.is_none_or(|t| now - t < GAP) {
                 continue;
             }
             match key.0 {
@@ -478,8 +478,8 @@ fn run(streams: Vec<StreamSpec>, ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
     }
     // Finally every input arrives, in order, possibly again.
-    for s in 0..streams.len() {
-        for seq in 0..streams[s].bodies.len() {
+    for (s, spec) in streams.iter().enumerate() {
+        for seq in 0..spec.bodies.len() {
             deliver(store.as_ref().unwrap(), &mut model, s, seq, now);
         }
     }

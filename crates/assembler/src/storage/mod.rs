@@ -32,7 +32,9 @@ pub enum Space {
     Streams,
     /// Per-message assembly state (calls without their argument text).
     Messages,
-    /// Argument text pieces, keyed by (message, call, piece number).
+    /// Argument text pieces, keyed by (message, call, piece number). A call's text is the
+    /// concatenation of its pieces' values in key order; numbers may have gaps (a storage
+    /// may merge consecutive pieces into the first one's key).
     Args,
     /// Raw inputs parked ahead of a sequence gap.
     Parked,
