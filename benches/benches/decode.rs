@@ -14,7 +14,7 @@ use std::path::PathBuf;
 const TYPICAL: &[(Provider, &str)] = &[
     (
         Provider::OpenaiChat,
-        r#"{"id":"chatcmpl-AZ3kq7Yx9VbNqZx8Kd2","object":"chat.completion.chunk","created":1732198400,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_f7d56a8a2c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"ocation\": \"San"}}]},"logprobs":null,"finish_reason":null}],"obfuscation":"k3Xb9"}"#,
+        r#"{"id":"chatcmpl-AZ3kq7Yx9VbNqZx8Kd2","object":"chat.completion.chunk","created":1732198400,"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_f7d56a8a2c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"ocation\": \"San"}}]},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"k3Xb9"}"#,
     ),
     (
         Provider::OpenaiResponses,
