@@ -277,16 +277,47 @@ impl<'de> Visitor<'de> for Compact<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         self.0.push('{');
         let mut first = true;
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        loop {
             if !first {
+                // Tentatively add the comma; removed again if the map has ended.
                 self.0.push(',');
             }
+            if map.next_key_seed(Key(self.0))?.is_none() {
+                if !first {
+                    self.0.pop();
+                }
+                break;
+            }
             first = false;
-            push_json_string(self.0, &key);
             self.0.push(':');
             map.next_value_seed(Compact(self.0))?;
         }
         self.0.push('}');
+        Ok(())
+    }
+}
+
+/// Writes an object key it visits into the string as a JSON string literal, without an
+/// intermediate `String`.
+struct Key<'s>(&'s mut String);
+
+impl<'de> DeserializeSeed<'de> for Key<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        push_json_string(self.0, v);
         Ok(())
     }
 }
@@ -364,6 +395,12 @@ mod tests {
             push_json_string(&mut out, s);
             assert_eq!(out, serde_json::to_string(s).unwrap(), "{s:?}");
         }
+    }
+
+    #[test]
+    fn keys_needing_escapes_are_escaped() {
+        let t: JsonText = serde_json::from_str(r#"{"a\"b\n": {"\\": 1}}"#).unwrap();
+        assert_eq!(t.text, r#"{"a\"b\n":{"\\":1}}"#);
     }
 
     #[test]
