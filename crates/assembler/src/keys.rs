@@ -58,6 +58,10 @@ pub fn args_prefix(message_key: &[u8], call: u32) -> Vec<u8> {
     k
 }
 
+/// Bit set on the call number of a call's *structured* argument pieces (Vertex
+/// `partialArgs`), which are stored beside its text pieces.
+pub const PATH_PIECES: u32 = 0x8000_0000;
+
 /// Key of one argument piece: (message, call position, piece number).
 pub fn args_piece(message_key: &[u8], call: u32, piece: u32) -> Vec<u8> {
     let mut k = args_prefix(message_key, call);

@@ -376,3 +376,27 @@ fn event_ids_are_deterministic_per_fact() {
     unique.dedup();
     assert_eq!(unique.len(), a.len());
 }
+
+#[test]
+fn the_stop_of_a_text_block_is_not_a_nameless_call() {
+    // Anthropic/Bedrock: content_block_stop of text block 0, then a tool_use block 1.
+    let mut m = Msg::new();
+    let stop = |i: u32| {
+        ChunkEvent::CallEnd(CallEnd {
+            at: CallRef {
+                index: Some(i),
+                ..CallRef::default()
+            },
+            ..CallEnd::default()
+        })
+    };
+    m.feed(stop(0));
+    m.feed(frag(Some(1), Some("toolu_1"), Some("get_weather"), ""));
+    m.feed(frag(Some(1), None, None, "{}"));
+    m.feed(stop(1));
+    m.feed(finish(Finish::Complete, "tool_use"));
+    let calls = m.completed().calls.clone().unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].tool_call.id, "toolu_1");
+    assert_eq!(calls[0].status, CallStatus::Completed);
+}

@@ -62,9 +62,16 @@ pub struct CallState {
     /// Number of stored argument pieces.
     #[serde(default)]
     pub pieces: u32,
-    /// Structured argument pieces (Vertex `partialArgs`), in arrival order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Structured argument pieces (Vertex `partialArgs`), in arrival order (kept in memory;
+    /// stored as pieces, see [`crate::core::ArgOp::AppendPath`]).
+    #[serde(skip)]
     pub path_values: Vec<PathValue>,
+    /// Number of stored structured pieces.
+    #[serde(default)]
+    pub path_pieces: u32,
+    /// Bytes of stored structured pieces (counted against the argument limit).
+    #[serde(default)]
+    pub path_bytes: usize,
     /// Provider metadata, merged.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
@@ -93,6 +100,8 @@ impl CallState {
             args: String::new(),
             pieces: 0,
             path_values: Vec::new(),
+            path_pieces: 0,
+            path_bytes: 0,
             metadata: Map::new(),
             status: CallStatus::Streaming,
             reason: None,

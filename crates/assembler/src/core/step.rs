@@ -6,8 +6,9 @@
 //! all continues the latest open call. A call end with no reference ends the latest open
 //! call, or starts a new whole call when the latest one has ended (Gemini). A whole-call end
 //! (one that names the function) matched to an already ended call only by index or item id
-//! is a new call; any other end of an ended call is a second end and changes nothing. Once the
-//! message has ended, call statements change nothing.
+//! is a new call; any other end of an ended call is a second end and changes nothing. An end
+//! with no name and no arguments that matches no call (the stop of a text block) changes
+//! nothing. Once the message has ended, call statements change nothing.
 
 use super::emit;
 use super::end::{emit_started, end_call, end_message, EndHow};
@@ -27,6 +28,16 @@ pub enum ArgOp {
         piece: u32,
         /// The text.
         text: String,
+    },
+    /// Append one structured argument piece (stored as its JSON) as piece number `piece` of
+    /// call `call`'s structured pieces.
+    AppendPath {
+        /// Call position.
+        call: u32,
+        /// Piece number (0-based, consecutive).
+        piece: u32,
+        /// The piece as JSON text.
+        json: String,
     },
     /// Replace the call's `old_pieces` pieces with one piece (number 0) holding `text`.
     Replace {
@@ -259,7 +270,21 @@ fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut 
         });
         call.pieces += 1;
     }
-    call.path_values.extend(f.path_values);
+    for pv in f.path_values {
+        let json = serde_json::to_string(&pv).unwrap_or_default();
+        if call.args.len() + call.path_bytes + json.len() > limits.max_argument_bytes {
+            end_call(msg, pos, EndHow::Limit("argument_limit".to_string()), out);
+            return;
+        }
+        call.path_bytes += json.len();
+        out.arg_ops.push(ArgOp::AppendPath {
+            call: pos as u32,
+            piece: call.path_pieces,
+            json,
+        });
+        call.path_pieces += 1;
+        call.path_values.push(pv);
+    }
 }
 
 fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepOutput) {
@@ -267,6 +292,12 @@ fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepO
         return;
     }
     let found = find(msg, &e.at);
+    // An end that names no function and carries no arguments can only end a call we know;
+    // with none to end it is the end of something else (an Anthropic/Bedrock text block).
+    let bare = e.name.is_none() && e.arguments.is_none();
+    if bare && found.is_none() && (has_refs(&e.at) || latest_open(msg).is_none()) {
+        return;
+    }
     let terminal = |p: usize| msg.calls.get(p).is_some_and(|c| c.is_terminal());
     let pos = match found {
         Some((p, By::WireId)) if terminal(p) => return,

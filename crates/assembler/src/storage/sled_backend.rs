@@ -203,7 +203,24 @@ impl Storage for SledStorage {
     }
 
     fn count(&self, space: Space) -> Result<usize, StoreError> {
-        Ok(self.merged(space, b"", usize::MAX)?.len())
+        let prefix = [space as u8];
+        let buffered = {
+            let buffer = self.buffer();
+            buffer
+                .range(prefix.to_vec()..)
+                .take_while(|(k, _)| k.starts_with(&prefix))
+                .count()
+        };
+        if buffered > 0 {
+            return Ok(self.merged(space, b"", usize::MAX)?.len());
+        }
+        // Nothing buffered: count sled's keys without reading values.
+        let mut n = 0;
+        for k in self.tree.scan_prefix(prefix).keys() {
+            k?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     fn commit(&self, set: WriteSet) -> Result<(), StoreError> {

@@ -73,13 +73,9 @@ impl Inner {
                 inner.pending.insert(ids, p.received_ms);
             }
         }
-        // Keys keep increasing across restarts even when every row was removed.
-        let last_row = storage
-            .scan_prefix(Space::Outbox, b"")?
-            .last()
-            .and_then(|(k, _)| keys::outbox_key(k))
-            .map_or(0, |k| k + 1);
-        inner.outbox_next = read_u64(storage, keys::META_OUTBOX_NEXT)?.max(last_row);
+        // Keys keep increasing across restarts even when every row was removed: the counter
+        // is written in the same commit as the rows it numbers.
+        inner.outbox_next = read_u64(storage, keys::META_OUTBOX_NEXT)?;
         inner.order_next = read_u64(storage, keys::META_ORDER_NEXT)?;
         Ok(inner)
     }

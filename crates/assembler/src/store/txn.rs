@@ -200,6 +200,11 @@ impl<'a> Txn<'a> {
                     keys::args_piece(mkey, *call, *piece),
                     text.as_bytes().to_vec(),
                 ),
+                ArgOp::AppendPath { call, piece, json } => self.writes.put(
+                    Space::Args,
+                    keys::args_piece(mkey, call | keys::PATH_PIECES, *piece),
+                    json.as_bytes().to_vec(),
+                ),
                 ArgOp::Replace {
                     call,
                     old_pieces,
@@ -307,14 +312,29 @@ pub fn load_args(
     m: &mut MessageState,
 ) -> Result<(), StoreError> {
     for (pos, call) in m.calls.iter_mut().enumerate() {
-        if call.pieces == 0 {
-            continue;
+        if call.pieces > 0 {
+            let mut text = Vec::new();
+            for (_, v) in storage.scan_prefix(Space::Args, &keys::args_prefix(mkey, pos as u32))? {
+                text.extend_from_slice(&v);
+            }
+            call.args = String::from_utf8_lossy(&text).into_owned();
         }
-        let mut text = String::new();
-        for (_, v) in storage.scan_prefix(Space::Args, &keys::args_prefix(mkey, pos as u32))? {
-            text.push_str(&String::from_utf8_lossy(&v));
+        if call.path_pieces > 0 {
+            // Pieces may have been merged by the storage: the bytes are consecutive JSON
+            // values.
+            let mut bytes = Vec::new();
+            let prefix = keys::args_prefix(mkey, pos as u32 | keys::PATH_PIECES);
+            for (_, v) in storage.scan_prefix(Space::Args, &prefix)? {
+                bytes.extend_from_slice(&v);
+            }
+            call.path_values = serde_json::Deserializer::from_slice(&bytes)
+                .into_iter::<chunk_model::PathValue>()
+                .collect::<Result<_, _>>()
+                .map_err(|e| StoreError::Corrupt {
+                    space: "args",
+                    detail: e.to_string(),
+                })?;
         }
-        call.args = text;
     }
     Ok(())
 }
