@@ -454,4 +454,24 @@ proptest! {
         let wrapped = serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [value.clone()]}, "finish_reason": value}]});
         let _ = chunk_model::decode(P, wrapped.to_string().as_bytes());
     }
+
+    #[test]
+    fn argument_text_split_anywhere_reassembles_byte_exact(text in "\\PC{0,40}[\"\\\\\n\u{1}é🦀]{0,6}", cuts in prop::collection::vec(0usize..64, 0..6)) {
+        let chars: Vec<char> = text.chars().collect();
+        let mut points: Vec<usize> = cuts.into_iter().map(|c| c.min(chars.len())).collect();
+        points.push(0);
+        points.push(chars.len());
+        points.sort_unstable();
+        let mut glued = String::new();
+        for w in points.windows(2) {
+            let piece: String = chars[w[0]..w[1]].iter().collect();
+            let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}, "finish_reason": null}]});
+            for e in chunk_model::decode(P, chunk.to_string().as_bytes()).unwrap() {
+                if let ChunkEvent::CallFragment(f) = e {
+                    glued.push_str(f.arguments.as_deref().unwrap_or(""));
+                }
+            }
+        }
+        prop_assert_eq!(glued, text);
+    }
 }
