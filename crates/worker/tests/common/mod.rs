@@ -49,15 +49,27 @@ impl Worker {
             .append(true)
             .open(&self.log_path)
             .expect("open worker log");
-        let child = Command::new(env!("CARGO_BIN_EXE_toolstream"))
-            .arg("run")
+        // test-friendly timings, unless the test passes its own value of a flag
+        let defaults = [
+            ("--metrics-listen", "127.0.0.1:0"),
+            ("--ack-wait", "4s"),
+            ("--fetch-expiry", "1s"),
+            ("--tick-interval", "200ms"),
+            ("--relay-interval", "200ms"),
+            ("--nak-delay", "200ms"),
+            ("--shutdown-timeout", "20s"),
+        ];
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolstream"));
+        cmd.arg("run")
             .args(["--nats-url", &self.url])
             .arg("--data-dir")
-            .arg(&self.data_dir)
-            .args(["--metrics-listen", "127.0.0.1:0"])
-            .args(["--ack-wait", "4s", "--fetch-expiry", "1s"])
-            .args(["--tick-interval", "200ms", "--relay-interval", "200ms"])
-            .args(["--nak-delay", "200ms", "--shutdown-timeout", "20s"])
+            .arg(&self.data_dir);
+        for (flag, value) in defaults {
+            if !self.extra.iter().any(|e| e == flag) {
+                cmd.args([flag, value]);
+            }
+        }
+        let child = cmd
             .args(&self.extra)
             .env("RUST_LOG", "info,toolstream=debug")
             .env_remove("TOOLSTREAM_CONFIG")
@@ -142,6 +154,28 @@ impl Worker {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The current process's `/metrics` text (port read from its "listening" log line).
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let log = self.log();
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("metrics and health endpoint listening"))
+            .expect("metrics endpoint logged its address");
+        let start = line.find("127.0.0.1:").expect("address in log line");
+        let addr: String = line[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+            .collect();
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect to /metrics");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
     }
 
     /// Everything the worker logged (all starts).
