@@ -5,17 +5,31 @@
 //! snapshots and the outbox.
 //!
 //! ## Layout
-//! - [`config`] — [`Config`]: limits and timeouts.
+//! - [`core`] — the functional core: no I/O, no clock (time is a value).
+//!   - `core::state` — [`core::MessageState`] / [`core::CallState`].
+//!   - `core::step` — one normalized chunk event → events + argument writes (identity
+//!     matching, appending, ends, limits).
+//!   - `core::end` — ending calls/messages, judging arguments, `message.completed` once.
+//!   - `core::emit` — events with deterministic ids, synthetic call ids.
+//!   - `core::order` — per-stream ordering decisions (apply / duplicate / park) and timers,
+//!     with the gap decision documented.
+//!   - `core::results` — tool results assembled while they wait for their call.
+//! - [`store`] — [`Store`], the imperative shell: `apply` (one atomic commit per input:
+//!   state + outbox rows + watermark), `tick` (gap / idle / orphan timeouts, one commit
+//!   each), `flush` (the durability point), outbox access, snapshots.
+//!   - `store::apply` — ordering, decoding, stepping the core, results, dead letters.
+//!   - `store::tick`, `store::snapshot`, `store::txn` (a unit of work), `store::inner`
+//!     (cache and timer indexes, rebuilt from storage), [`store::records`].
+//! - [`storage`] — the storage seam with its written contract (what `commit` makes atomic,
+//!   what only `flush` makes durable); [`storage::sled_backend`] (one sled tree, write-back
+//!   buffer applied as one atomic batch per flush) and [`storage::memory`].
+//! - [`keys`] — byte keys whose order is the wanted order.
+//! - [`config`] — [`Config`]: limits and timeouts, documented defaults.
 //! - [`input`] — [`Input`] (one JetStream message), [`Seq`], [`Control`], [`Applied`].
-//! - [`store`] — [`Store`]: `apply` (one atomic commit per input), `tick` (timeouts),
-//!   `flush` (durability point), outbox access, snapshots. The imperative shell.
 //! - [`outbox`] — [`OutboxEntry`]: events and dead letters waiting for the relay.
 //! - [`error`] — [`StoreError`]: storage failures only (bad input is dead-lettered).
-//! - [`storage`] — the storage seam (atomic `commit`, durable `flush`) with sled and in-memory
-//!   implementations.
-//! - [`core`] — the pure core: [`core::step`] over [`core::MessageState`], ends, ordering
-//!   decisions, result assembly. No I/O, no clock.
-//! - [`keys`] — byte keys whose order is the wanted order.
+
+#![warn(missing_docs)]
 
 pub mod config;
 pub mod core;

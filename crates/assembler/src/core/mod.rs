@@ -1,7 +1,7 @@
 //! The pure assembly core: no I/O, no clock (time comes in as a value).
 //!
 //! - [`state`] — [`MessageState`] / [`CallState`]: what is known about a message's calls.
-//! - [`step`] — applies one normalized [`chunk_model::ChunkEvent`] to a message: identity
+//! - [`mod@step`] — applies one normalized [`chunk_model::ChunkEvent`] to a message: identity
 //!   matching, appending, ends, limits. Returns the events and argument writes it caused.
 //! - [`end`] — ending calls and messages (judging arguments, reasons) and `message.completed`.
 //! - [`emit`] — building [`chunk_model::Event`]s with deterministic ids.

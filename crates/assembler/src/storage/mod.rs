@@ -8,7 +8,7 @@
 //! - A commit is **not durable** until [`Storage::flush`] returns: a crash may lose any suffix
 //!   of the commits made since the last flush (never a middle one, never part of one). So the
 //!   caller acks its inputs only after `flush` (group commit: one flush per batch).
-//! - Reads ([`Storage::get`], [`Storage::scan_prefix`], [`Storage::last`]) see all commits
+//! - Reads ([`Storage::get`], [`Storage::scan_prefix`], [`Storage::first_n`]) see all commits
 //!   made so far, flushed or not.
 //! - Keys are compared as bytes; [`crate::keys`] builds keys whose byte order is the
 //!   wanted order.

@@ -2,12 +2,12 @@
 //! streams and messages, and the counters; every `apply` and every timeout is one atomic
 //! commit (state change + outbox rows + watermark); `flush` is the durability point.
 //!
-//! - [`txn`] — one unit of work: loads state through the cache, collects writes, commits.
-//! - [`apply`] — ordering, decoding, stepping the core, results, dead letters.
-//! - [`tick`] — gap, idle and orphan timeouts.
-//! - [`snapshot`] — what is stored for a message or a conversation.
+//! - `txn` — one unit of work: loads state through the cache, collects writes, commits.
+//! - `apply` — ordering, decoding, stepping the core, results, dead letters.
+//! - `tick` — gap, idle and orphan timeouts.
+//! - `snapshot` — what is stored for a message or a conversation.
 //! - [`records`] — stored record forms.
-//! - [`inner`] — the in-memory part: cache, timers index, counters; rebuilt from storage on
+//! - `inner` — the in-memory part: cache, timers index, counters; rebuilt from storage on
 //!   open and after a failed commit.
 
 mod apply;
