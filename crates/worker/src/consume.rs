@@ -193,6 +193,14 @@ impl Disposition {
     }
 }
 
+impl Disposition {
+    /// Whether a redelivery is pointless because the server will not deliver again: a
+    /// `NakDelay` on the `max_deliver`-th delivery. Such a message is dead-lettered instead.
+    pub fn is_last_chance(self, delivered: i64, max_deliver: i64) -> bool {
+        self == Disposition::NakDelay && max_deliver > 0 && delivered >= max_deliver
+    }
+}
+
 /// Everything the loop needs.
 pub struct ConsumeLoop {
     /// The store (single writer: this loop).
@@ -397,22 +405,34 @@ impl ConsumeLoop {
         let nak_delay = self.config.nak_delay.get();
         let mut any_durable = false;
         for w in work {
-            let disposition = match &w.parsed {
-                Ok(input) => {
-                    let outcome = outcomes.next().unwrap_or_else(|| {
-                        Err(StoreError::Corrupt {
-                            space: "worker",
-                            detail: "not applied".to_string(),
-                        })
-                    });
-                    self.count(&outcome, input);
-                    if outcome.is_ok() && result.flushed {
-                        any_durable = true;
+            let mut disposition = match &w.parsed {
+                Ok(input) => match outcomes.next() {
+                    Some(outcome) => {
+                        self.count(&outcome, input);
+                        if outcome.is_ok() && result.flushed {
+                            any_durable = true;
+                        }
+                        Disposition::after_apply(&outcome, result.flushed)
                     }
-                    Disposition::after_apply(&outcome, result.flushed)
-                }
+                    // not attempted: an earlier input of the batch hit a storage error
+                    None => Disposition::NakDelay,
+                },
                 Err(rejected) => self.dead_letter_now(&w.msg, rejected).await,
             };
+            // The server drops a message after max_deliver deliveries; a message that still
+            // cannot be stored on its last delivery goes to the DLQ instead of vanishing.
+            let delivered = w.msg.info().map(|i| i.delivered).unwrap_or(0);
+            if disposition.is_last_chance(delivered, self.config.max_deliver) {
+                if let Ok(input) = &w.parsed {
+                    let rejected = Rejected {
+                        dlq_subject: self.subjects.dlq(&input.conversation_id, &input.message_id),
+                        reason: format!(
+                            "store_error: not stored after {delivered} deliveries (max_deliver)"
+                        ),
+                    };
+                    disposition = self.dead_letter_now(&w.msg, &rejected).await;
+                }
+            }
             let kind = match disposition {
                 Disposition::Ack => AckKind::Ack,
                 Disposition::Term => AckKind::Term,
@@ -605,6 +625,15 @@ mod tests {
         let r =
             parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1).unwrap_err();
         assert!(r.reason.starts_with("unknown_provider"), "{}", r.reason);
+    }
+
+    #[test]
+    fn a_storage_failure_on_the_last_delivery_is_dead_lettered_not_dropped() {
+        assert!(!Disposition::NakDelay.is_last_chance(1, 5));
+        assert!(!Disposition::NakDelay.is_last_chance(4, 5));
+        assert!(Disposition::NakDelay.is_last_chance(5, 5));
+        assert!(!Disposition::Ack.is_last_chance(5, 5));
+        assert!(!Disposition::Term.is_last_chance(9, 5));
     }
 
     #[test]
