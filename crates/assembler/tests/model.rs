@@ -3,17 +3,21 @@
 //! sequence order to the pure core, timers checked by brute force). Identical events per
 //! message and identical final snapshots.
 //!
-//! Restart = flush, drop the store, reopen the same directory: only flushed data is kept
-//! (losing unflushed commits is exercised by `tests/crash.rs` with SIGKILL).
+//! Restart = flush, drop the store, reopen the same directory. Crash = drop every commit since
+//! the last flush (`SledStorage::discard_unflushed`, what a crash loses), drop, reopen; the
+//! model goes back to its state at the last flush. Inputs lost that way arrive again in the
+//! final phase, as JetStream redelivers unacked messages. (A real SIGKILL is `tests/crash.rs`.)
 
 mod common;
 
 use assembler::core::{self, emit, Limits, MessagePhase, MessageState, PendingResult, StepOutput};
+use assembler::storage::sled_backend::SledStorage;
 use assembler::{Config, Input, InputKind, Seq, Store};
 use chunk_model::{Event, EventType, MessageSnapshot, MessageStatus, Provider, ResultInput};
 use common::{oa_delta, oa_finish};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 const GAP: u64 = 1_000;
 const IDLE: u64 = 5_000;
@@ -158,14 +162,18 @@ fn workload() -> impl Strategy<Value = Vec<StreamSpec>> {
 #[derive(Debug, Clone)]
 enum Op {
     Deliver { stream: usize, seq: usize },
+    Flush,
     Restart,
+    Crash,
     Tick(u64),
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
     let op = prop_oneof![
         8 => (0usize..8, 0usize..12).prop_map(|(stream, seq)| Op::Deliver { stream, seq }),
+        2 => Just(Op::Flush),
         1 => Just(Op::Restart),
+        1 => Just(Op::Crash),
         2 => prop_oneof![1u64..200, Just(GAP), Just(GRACE), Just(IDLE)].prop_map(Op::Tick),
     ];
     prop::collection::vec(op, 0..60)
@@ -174,7 +182,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 // ---------------------------------------------------------------------------------------
 // The model: inputs in sequence order straight into the pure core; timers by brute force.
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct ModelStream {
     next: u64,
     pending: BTreeMap<u64, Vec<u8>>,
@@ -183,7 +191,7 @@ struct ModelStream {
     closed: bool,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Model {
     streams: BTreeMap<(InputKind, String), ModelStream>,
     msgs: BTreeMap<String, MessageState>,
@@ -445,10 +453,25 @@ fn by_message(events: &[Event]) -> BTreeMap<String, Vec<String>> {
     out
 }
 
+fn open(path: &std::path::Path) -> (Store, Arc<SledStorage>) {
+    for _ in 0..200 {
+        if let Ok(storage) = SledStorage::open(path) {
+            let storage = Arc::new(storage);
+            let store = Store::with_storage(storage.clone(), config()).unwrap();
+            return (store, storage);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("cannot reopen {}", path.display());
+}
+
 fn run(streams: Vec<StreamSpec>, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
-    let mut store = Some(Store::open(dir.path(), config()).unwrap());
+    let (first, storage) = open(dir.path());
+    let mut store = Some(first);
+    let mut storage = Some(storage);
     let mut model = Model::default();
+    let mut flushed = Model::default();
     let mut now = 0u64;
     let deliver = |store: &Store, model: &mut Model, s: usize, seq: usize, now: u64| {
         let spec = &streams[s];
@@ -465,10 +488,23 @@ fn run(streams: Vec<StreamSpec>, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let seq = seq % streams[s].bodies.len();
                 deliver(store.as_ref().unwrap(), &mut model, s, seq, now);
             }
-            Op::Restart => {
+            Op::Flush => {
                 store.as_ref().unwrap().flush().unwrap();
+                flushed = model.clone();
+            }
+            Op::Restart | Op::Crash => {
+                if matches!(op, Op::Restart) {
+                    store.as_ref().unwrap().flush().unwrap();
+                    flushed = model.clone();
+                } else {
+                    storage.as_ref().unwrap().discard_unflushed();
+                    model = flushed.clone();
+                }
                 drop(store.take());
-                store = Some(common::reopen(dir.path(), config()));
+                drop(storage.take());
+                let (s, st) = open(dir.path());
+                store = Some(s);
+                storage = Some(st);
             }
             Op::Tick(d) => {
                 now += d;
@@ -502,7 +538,7 @@ fn run(streams: Vec<StreamSpec>, ops: Vec<Op>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn store_matches_the_in_order_model_under_redelivery_reorder_restart_and_time(

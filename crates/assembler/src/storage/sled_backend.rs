@@ -185,6 +185,14 @@ impl SledStorage {
     }
 }
 
+impl SledStorage {
+    /// Drops every commit made since the last flush, as a crash would (for tests that
+    /// simulate a crash in-process: call this, then drop the store and reopen).
+    pub fn discard_unflushed(&self) {
+        self.buffer().clear();
+    }
+}
+
 impl Storage for SledStorage {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let k = prefixed(space, key);
