@@ -408,3 +408,51 @@ fn conversation_lists_messages_in_first_seen_order() {
     assert!(s.conversation("other").unwrap().is_empty());
     let _ = InputKind::Chunk;
 }
+
+#[test]
+fn the_store_is_a_send_sync_clone_handle() {
+    fn check<T: Send + Sync + Clone + 'static>() {}
+    check::<Store>();
+    let s = store();
+    let t = s.clone();
+    let body = oa_delta(0, Some("call_a"), Some("f"), "{}");
+    let h = std::thread::spawn(move || t.apply(&chunk("c", "m", 0, &body), 0).unwrap());
+    assert!(matches!(h.join().unwrap(), Applied::Accepted { events: 1 }));
+    assert_eq!(s.outbox_len(), 1);
+}
+
+#[test]
+fn config_defaults_and_unknown_fields_are_rejected() {
+    let c: Config = serde_json::from_str(r#"{"gap_timeout_ms": 5}"#).unwrap();
+    assert_eq!(c.gap_timeout_ms, 5);
+    assert_eq!(c.max_argument_bytes, 8 * 1024 * 1024);
+    assert_eq!(c.max_calls_per_message, 256);
+    assert_eq!(c.max_open_streams, 100_000);
+    assert_eq!(c.idle_timeout_ms, 300_000);
+    assert_eq!(c.orphan_grace_ms, 600_000);
+    assert!(serde_json::from_str::<Config>(r#"{"gap_timeout": 5}"#).is_err());
+}
+
+#[test]
+fn removed_outbox_rows_stay_removed_and_peek_is_oldest_first() {
+    let s = store();
+    for (i, body) in two_call_stream().iter().enumerate() {
+        let _ = s.apply(&chunk("c", "m", i as u64, body), 0).unwrap();
+    }
+    let rows = s.outbox_peek(100).unwrap();
+    assert!(rows.windows(2).all(|w| w[0].key < w[1].key));
+    assert_eq!(rows.len(), s.outbox_len());
+    s.outbox_remove(rows[0].key).unwrap();
+    s.outbox_remove(rows[0].key).unwrap();
+    assert_eq!(s.outbox_len(), rows.len() - 1);
+    s.flush().unwrap();
+    let after = s.outbox_peek(100).unwrap();
+    assert_eq!(after.first().map(|r| r.key), Some(rows[1].key));
+    assert_eq!(
+        after[0].headers,
+        vec![(
+            "Toolstream-Event-Type".to_string(),
+            "tool_call.started".to_string()
+        )]
+    );
+}
