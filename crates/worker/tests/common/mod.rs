@@ -23,6 +23,7 @@ pub struct Worker {
     data_dir: PathBuf,
     log_path: PathBuf,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
     starts: u32,
 }
 
@@ -30,12 +31,26 @@ impl Worker {
     /// Starts `toolstream run` on `url` with a store in `data_dir` and test-friendly timings
     /// (short ack wait, fetch expiry, tick and relay intervals), plus `extra` flags.
     pub fn start(url: &str, data_dir: &Path, extra: &[&str]) -> Worker {
+        Worker::start_with_env(url, data_dir, extra, &[])
+    }
+
+    /// [`Worker::start`] with extra environment variables for the process.
+    pub fn start_with_env(
+        url: &str,
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Worker {
         let mut w = Worker {
             child: None,
             url: url.to_string(),
             data_dir: data_dir.to_path_buf(),
             log_path: data_dir.with_extension("log"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             starts: 0,
         };
         w.spawn();
@@ -73,6 +88,7 @@ impl Worker {
             .args(&self.extra)
             .env("RUST_LOG", "info,toolstream=debug")
             .env_remove("TOOLSTREAM_CONFIG")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
