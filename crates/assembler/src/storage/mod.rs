@@ -44,11 +44,14 @@ pub enum Space {
     Results,
     /// Counters (next outbox key, next message order).
     Meta,
+    /// Keys of the streams that are open or have parked inputs (loaded at open, so a
+    /// restart does not read the stream records of all history).
+    Live,
 }
 
 impl Space {
     /// Every keyspace, in a fixed order (the order of sled trees in a transaction).
-    pub const ALL: [Space; 7] = [
+    pub const ALL: [Space; 8] = [
         Space::Streams,
         Space::Messages,
         Space::Args,
@@ -56,6 +59,7 @@ impl Space {
         Space::Outbox,
         Space::Results,
         Space::Meta,
+        Space::Live,
     ];
 
     /// Position in [`Space::ALL`].
@@ -73,6 +77,7 @@ impl Space {
             Space::Outbox => "outbox",
             Space::Results => "results",
             Space::Meta => "meta",
+            Space::Live => "live",
         }
     }
 }

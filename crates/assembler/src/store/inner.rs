@@ -60,7 +60,10 @@ impl Inner {
             order_next: 0,
             stale: false,
         };
-        for (k, v) in storage.scan_prefix(Space::Streams, b"")? {
+        for (k, _) in storage.scan_prefix(Space::Live, b"")? {
+            let Some(v) = storage.get(Space::Streams, &k)? else {
+                continue;
+            };
             let st: StreamState = from_bytes("streams", &v)?;
             if st.open || !st.parked.is_empty() {
                 inner.index_stream(&k, &st);

@@ -260,6 +260,13 @@ impl<'a> Txn<'a> {
             if let Some(st) = self.inner.streams.get(key) {
                 self.writes
                     .put(Space::Streams, key.clone(), to_bytes("streams", st)?);
+                let live = st.open || !st.parked.is_empty();
+                let was_live = self.inner.open.contains(key) || self.inner.gapped.contains(key);
+                if live && !was_live {
+                    self.writes.put(Space::Live, key.clone(), Vec::new());
+                } else if was_live && !live {
+                    self.writes.delete(Space::Live, key.clone());
+                }
             }
         }
         for key in &self.dirty_messages {
