@@ -55,6 +55,20 @@ fn init_tracing(format: LogFormat) {
     };
 }
 
+/// Longest wait for each service and the final client flush at exit.
+const FINAL_WAIT: Duration = Duration::from_secs(5);
+
+/// Runs a service; logs at once if it ends with an error (e.g. the metrics port is taken),
+/// instead of only at shutdown. The worker goes on without it.
+async fn report_early_exit(
+    name: &'static str,
+    service: impl std::future::Future<Output = anyhow::Result<()>>,
+) {
+    if let Err(e) = service.await {
+        tracing::error!(error = %format!("{e:#}"), "{name} stopped; the worker goes on without it");
+    }
+}
+
 /// Provisions, retrying transient failures (server not up yet) until shutdown.
 async fn provision_until_ready(
     js: &jetstream::Context,
@@ -147,19 +161,25 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let relay_handle = tokio::spawn(relay.run(relay_stop_rx));
 
     // GET /metrics and /healthz.
-    let http_handle = tokio::spawn(crate::http::serve(
-        config.metrics_listen,
-        Arc::clone(&metrics),
-        Arc::clone(&store),
-        Arc::clone(&health),
-        shutdown.receiver(),
+    let http_handle = tokio::spawn(report_early_exit(
+        "http endpoint",
+        crate::http::serve(
+            config.metrics_listen,
+            Arc::clone(&metrics),
+            Arc::clone(&store),
+            Arc::clone(&health),
+            shutdown.receiver(),
+        ),
     ));
     // Queries over the NATS service API (message snapshots, provider-valid history).
-    let query_handle = tokio::spawn(crate::query::serve(
-        client.clone(),
-        Arc::clone(&store),
-        config.subject_prefix.clone(),
-        shutdown.receiver(),
+    let query_handle = tokio::spawn(report_early_exit(
+        "query service",
+        crate::query::serve(
+            client.clone(),
+            Arc::clone(&store),
+            config.subject_prefix.clone(),
+            shutdown.receiver(),
+        ),
     ));
 
     let consume = ConsumeLoop {
@@ -189,19 +209,21 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     relay_stop.trigger();
     let drained = relay_handle.await.unwrap_or(Drained::Incomplete);
 
+    // The services stop on the shutdown signal; none of these waits may hang the exit (a
+    // disconnected client cannot flush).
     for (name, handle) in [
         ("http endpoint", http_handle),
         ("query service", query_handle),
     ] {
-        match handle.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "{name} stopped with an error"),
-            Err(e) => tracing::warn!(error = %e, "{name} task failed"),
+        if tokio::time::timeout(FINAL_WAIT, handle).await.is_err() {
+            tracing::warn!("{name} did not stop in time");
         }
     }
     health.set_store_open(false);
-    if let Err(e) = client.flush().await {
-        tracing::warn!(error = %e, "final client flush failed");
+    match tokio::time::timeout(FINAL_WAIT, client.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "final client flush failed"),
+        Err(_) => tracing::warn!("final client flush timed out (not connected?)"),
     }
     tracing::info!(?drained, "stopped");
     if consume_result.is_err() {

@@ -104,3 +104,30 @@ async fn sigterm_mid_run_drains_and_a_restart_finishes_everything_once() {
             .unwrap_or_else(|e| panic!("m{i}: {e}"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_the_server_is_down_still_exits() {
+    let mut server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::start(
+        &server.url(),
+        &dir.path().join("store"),
+        &["--shutdown-timeout", "2s"],
+    );
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    wait_provisioned(&js, "toolstream").await;
+    worker.wait_ready();
+    let producer = Producer::new(js.clone());
+    for (seq, body) in openai_chat_stream(&calls_of(0)).iter().enumerate() {
+        producer
+            .chunk("c0", "m0", "openai-chat", seq as u64, body)
+            .await;
+    }
+    server.kill();
+    // no wall-clock assertion: terminate() only bounds the wait by the harness deadline
+    assert!(
+        worker.terminate(),
+        "exits cleanly without a server:\n{}",
+        tail(&worker.log(), 30)
+    );
+}
