@@ -111,8 +111,9 @@ fn log_event(event: &Event) {
         Event::ServerError(err) => {
             tracing::error!(target: "toolstream::nats", error = %err, "server error")
         }
+        // every failed reconnect attempt lands here during an outage: a warning, not an error
         Event::ClientError(err) => {
-            tracing::error!(target: "toolstream::nats", error = %err, "client error")
+            tracing::warn!(target: "toolstream::nats", error = %err, "client error")
         }
     }
 }
