@@ -5,7 +5,8 @@
 //! ```text
 //! cargo test --release -p toolstream --test e2e_throughput -- --ignored --nocapture
 //! ```
-//! `E2E_MESSAGES` (default 2000) sets the number of streamed messages.
+//! `E2E_MESSAGES` (default 2000) sets the number of streamed messages of the burst;
+//! `E2E_WORKER_ARGS` adds flags to `toolstream run` (e.g. `--batch-size 1024`).
 
 mod common;
 
