@@ -456,3 +456,36 @@ fn removed_outbox_rows_stay_removed_and_peek_is_oldest_first() {
         )]
     );
 }
+
+#[test]
+fn a_producer_far_ahead_of_a_gap_parks_thousands_and_all_drain_in_order() {
+    let s = store();
+    let mut bodies = vec![oa_delta(0, Some("call_a"), Some("f"), "{\"n\":\"")];
+    for _ in 0..2_000 {
+        bodies.push(oa_delta(0, None, None, "x"));
+    }
+    bodies.push(oa_delta(0, None, None, "\"}"));
+    bodies.push(oa_finish("tool_calls"));
+    for (i, b) in bodies.iter().enumerate().skip(1).rev() {
+        assert_eq!(
+            s.apply(&chunk("c", "m", i as u64, b), 0).unwrap(),
+            Applied::Parked
+        );
+    }
+    assert_eq!(
+        s.apply(&chunk("c", "m", 7, &bodies[7]), 0).unwrap(),
+        Applied::Duplicate
+    );
+    let filled = s.apply(&chunk("c", "m", 0, &bodies[0]), 0).unwrap();
+    assert_eq!(filled, Applied::Accepted { events: 3 });
+    let snap = s.message_snapshot("c", "m").unwrap().unwrap();
+    assert_eq!(
+        snap.calls[0].tool_call.arguments,
+        json!({"n": "x".repeat(2_000)})
+    );
+    assert_eq!(
+        s.tick(u64::MAX / 2).unwrap(),
+        0,
+        "nothing left parked or open"
+    );
+}

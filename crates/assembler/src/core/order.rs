@@ -2,8 +2,10 @@
 //! and the stream's timers.
 //!
 //! A stream is (kind, conversation, message). With producer sequence numbers it must be
-//! contiguous from 0: `seq < next` or already parked is a duplicate, `seq > next` is parked,
-//! `seq == next` applies (and releases parked successors). With transport sequence numbers
+//! contiguous from 0: `seq < next` is a duplicate, `seq > next` is parked (the store also
+//! treats an input already parked as a duplicate: the parked records themselves are the set,
+//! so parking costs O(1) per input however far ahead a producer runs), `seq == next`
+//! applies (and releases parked successors). With transport sequence numbers
 //! (JetStream stream seq: increasing, not contiguous) only `seq <= last` is a duplicate.
 //!
 //! Gap decision: when a gap stays unfilled for `gap_timeout_ms` after the first input was
@@ -15,7 +17,6 @@
 use crate::input::Seq;
 use chunk_model::Provider;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 
 /// The ordering state of one stream.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,9 +27,9 @@ pub struct StreamState {
     /// Highest applied transport sequence number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transport: Option<u64>,
-    /// Producer sequence numbers parked ahead of a gap.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub parked: BTreeSet<u64>,
+    /// How many inputs are parked ahead of a gap (their records are in the parked keyspace).
+    #[serde(default)]
+    pub parked: u64,
     /// When the current gap was first waited for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap_since_ms: Option<u64>,
@@ -53,9 +54,9 @@ pub struct StreamState {
 pub enum Admission {
     /// Apply it now.
     Apply,
-    /// Already applied or parked: change nothing.
+    /// Already applied: change nothing.
     Duplicate,
-    /// Ahead of a gap: park it.
+    /// Ahead of a gap: park it (unless it is parked already).
     Park,
     /// The stream was closed: consume it without effect.
     Closed,
@@ -65,7 +66,7 @@ impl StreamState {
     /// Decides what to do with an input numbered `seq`.
     pub fn admit(&self, seq: Seq) -> Admission {
         match seq {
-            Seq::Producer(s) if s < self.next || self.parked.contains(&s) => Admission::Duplicate,
+            Seq::Producer(s) if s < self.next => Admission::Duplicate,
             Seq::Transport(s) if self.last_transport.is_some_and(|l| s <= l) => {
                 Admission::Duplicate
             }
@@ -84,35 +85,32 @@ impl StreamState {
             }
         }
         self.last_activity_ms = now_ms;
-        if self.parked.is_empty() {
+        if self.parked == 0 {
             self.gap_since_ms = None;
         }
     }
 
-    /// Records that `seq` was parked.
-    pub fn park(&mut self, seq: u64, now_ms: u64) {
-        self.parked.insert(seq);
+    /// Records that an input was parked.
+    pub fn park(&mut self, now_ms: u64) {
+        self.parked += 1;
         self.last_activity_ms = now_ms;
         if self.gap_since_ms.is_none() {
             self.gap_since_ms = Some(now_ms);
         }
     }
 
-    /// The parked sequence number that may be applied now (`next`), removing it from the
-    /// parked set. When the last parked input is released the gap timer stops; when inputs
-    /// stay parked behind a new gap, the timer restarts at `now_ms`.
-    pub fn release_next(&mut self, now_ms: u64) -> Option<u64> {
-        if self.parked.remove(&self.next) {
-            let s = self.next;
-            self.gap_since_ms = if self.parked.is_empty() {
-                None
-            } else {
-                Some(now_ms)
-            };
-            Some(s)
-        } else {
-            None
-        }
+    /// Records that the parked input numbered `next` was taken out to be applied. When the
+    /// last parked input is released the gap timer stops; when inputs stay parked behind a
+    /// new gap, the timer restarts at `now_ms`.
+    pub fn released(&mut self, now_ms: u64) {
+        self.parked = self.parked.saturating_sub(1);
+        self.gap_since_ms = if self.parked == 0 { None } else { Some(now_ms) };
+    }
+
+    /// Records that every parked input was discarded.
+    pub fn discard_parked(&mut self) {
+        self.parked = 0;
+        self.gap_since_ms = None;
     }
 
     /// Whether the gap timer has run out at `now_ms`.

@@ -76,6 +76,10 @@ fn admit(txn: &mut Txn<'_>, input: &Input<'_>, now: u64) -> Result<Applied, Stor
             let Seq::Producer(s) = input.seq else {
                 return Ok(Applied::Duplicate);
             };
+            let pkey = keys::parked(&skey, s);
+            if txn.storage.get(Space::Parked, &pkey)?.is_some() {
+                return Ok(Applied::Duplicate);
+            }
             let parked = ParkedInput {
                 header: ParkedHeader {
                     provider: input.provider,
@@ -84,10 +88,9 @@ fn admit(txn: &mut Txn<'_>, input: &Input<'_>, now: u64) -> Result<Applied, Stor
                 },
                 body: input.body.to_vec(),
             };
-            txn.writes
-                .put(Space::Parked, keys::parked(&skey, s), parked.encode()?);
+            txn.writes.put(Space::Parked, pkey, parked.encode()?);
             let st = txn.stream_mut(&skey)?;
-            st.park(s, now);
+            st.park(now);
             if st.provider.is_none() {
                 st.provider = input.provider;
             }
@@ -117,13 +120,17 @@ pub(crate) fn drain(
     msg: &str,
     now: u64,
 ) -> Result<(), StoreError> {
-    while let Some(s) = txn.stream_mut(skey)?.release_next(now) {
+    loop {
+        let st = txn.stream(skey)?;
+        if st.parked == 0 {
+            break;
+        }
+        let s = st.next;
         let pkey = keys::parked(skey, s);
         let Some(bytes) = txn.storage.get(Space::Parked, &pkey)? else {
-            // Recorded as parked but not stored: cannot happen with atomic commits; consume.
-            txn.stream_mut(skey)?.consumed(Seq::Producer(s), now);
-            continue;
+            break;
         };
+        txn.stream_mut(skey)?.released(now);
         txn.writes.delete(Space::Parked, pkey);
         let parked = ParkedInput::decode(&bytes)?;
         let item = Item {

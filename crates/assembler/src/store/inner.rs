@@ -65,7 +65,7 @@ impl Inner {
                 continue;
             };
             let st: StreamState = from_bytes("streams", &v)?;
-            if st.open || !st.parked.is_empty() {
+            if st.open || st.parked > 0 {
                 inner.index_stream(&k, &st);
                 inner.streams.insert(k, st);
             }
@@ -90,7 +90,7 @@ impl Inner {
         } else {
             self.open.remove(key);
         }
-        if st.parked.is_empty() {
+        if st.parked == 0 {
             self.gapped.remove(key);
         } else {
             self.gapped.insert(key.to_vec());

@@ -43,9 +43,17 @@ pub(crate) fn tick(
         match kind {
             InputKind::Chunk => close_gap(&mut txn, &key, &conv, &msg, now)?,
             InputKind::Result => {
+                let first = txn
+                    .storage
+                    .scan_prefix(Space::Parked, &key)?
+                    .first()
+                    .and_then(|(k, _)| k.get(key.len()..))
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_be_bytes);
                 let st = txn.stream_mut(&key)?;
-                if let Some(first) = st.parked.first().copied() {
-                    st.next = first;
+                match first {
+                    Some(first) => st.next = first,
+                    None => st.discard_parked(),
                 }
                 drain(&mut txn, &key, kind, &conv, &msg, now)?;
             }
@@ -96,13 +104,12 @@ fn close_gap(
     msg: &str,
     now: u64,
 ) -> Result<(), StoreError> {
-    let st = txn.stream_mut(key)?;
-    let parked: Vec<u64> = std::mem::take(&mut st.parked).into_iter().collect();
-    st.gap_since_ms = None;
-    st.closed = true;
-    for s in parked {
-        txn.writes.delete(Space::Parked, keys::parked(key, s));
+    for (k, _) in txn.storage.scan_prefix(Space::Parked, key)? {
+        txn.writes.delete(Space::Parked, k);
     }
+    let st = txn.stream_mut(key)?;
+    st.discard_parked();
+    st.closed = true;
     end_stream(txn, key, conv, msg, "gap", now)
 }
 

@@ -260,7 +260,7 @@ impl<'a> Txn<'a> {
             if let Some(st) = self.inner.streams.get(key) {
                 self.writes
                     .put(Space::Streams, key.clone(), to_bytes("streams", st)?);
-                let live = st.open || !st.parked.is_empty();
+                let live = st.open || st.parked > 0;
                 let was_live = self.inner.open.contains(key) || self.inner.gapped.contains(key);
                 if live && !was_live {
                     self.writes.put(Space::Live, key.clone(), Vec::new());
@@ -295,7 +295,7 @@ impl<'a> Txn<'a> {
         for key in &self.touched_streams {
             if let Some(st) = self.inner.streams.get(key).cloned() {
                 self.inner.index_stream(key, &st);
-                if !st.open && st.parked.is_empty() {
+                if !st.open && st.parked == 0 {
                     self.inner.streams.remove(key);
                 }
             }
