@@ -102,8 +102,8 @@ pub struct StreamsConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConsumerConfig {
-    /// Durable consumer name (default `toolstream`); partition `k` of several uses
-    /// `<name>-p<k>`.
+    /// Durable consumer name (default `toolstream`); partition `k` of several reads through
+    /// `<name>-p<k>-chunks` and `<name>-p<k>-results`.
     pub name: String,
     /// Number of partitions the server maps conversations onto (default 1 = unpartitioned).
     pub partitions: u32,
@@ -373,7 +373,8 @@ pub struct RunArgs {
     #[arg(long, env = "TOOLSTREAM_DUPLICATE_WINDOW", value_name = "DURATION")]
     pub duplicate_window: Option<HumanDuration>,
 
-    /// Durable consumer name [default: toolstream]; partition k uses <name>-p<k>.
+    /// Durable consumer name [default: toolstream]; partition k uses <name>-p<k>-chunks and
+    /// <name>-p<k>-results.
     #[arg(long, env = "TOOLSTREAM_CONSUMER", value_name = "NAME")]
     pub consumer: Option<String>,
     /// Number of partitions [default: 1].

@@ -17,12 +17,14 @@ use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::subjects::Subjects;
 use assembler::{Applied, Control, Input, InputKind, Origin, Seq, Store, StoreError};
+use async_nats::jetstream::consumer::pull::MessagesError;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, AckKind};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use chunk_model::Provider;
+use futures::stream::{BoxStream, SelectAll};
 use futures::{FutureExt, StreamExt};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -229,13 +231,21 @@ struct BatchResult {
     flush_time: Duration,
 }
 
+/// One item of a merged pull stream: a message or a stream status error, or `None` when one of
+/// the merged streams ended (then all are re-opened).
+type Pulled = Option<Result<jetstream::Message, MessagesError>>;
+
+/// The pull streams of every consumer this worker reads, merged.
+type Merged = SelectAll<BoxStream<'static, Pulled>>;
+
 impl ConsumeLoop {
-    /// Runs until `shutdown`; finishes the batch in hand, then naks what was prefetched so it
-    /// is redelivered at once to whoever consumes next.
-    pub async fn run(self, consumer: PullConsumer, mut shutdown: Shutdown) {
+    /// Runs until `shutdown`, reading all `consumers` (one unpartitioned, two per partition)
+    /// as one stream; finishes the batch in hand, then naks what was prefetched so it is
+    /// redelivered at once to whoever consumes next.
+    pub async fn run(self, consumers: Vec<PullConsumer>, mut shutdown: Shutdown) {
         let mut tick = tokio::time::interval(self.config.tick_interval.get());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut messages = None;
+        let mut messages: Option<Merged> = None;
         let mut backoff = Duration::from_millis(100);
         loop {
             if shutdown.is_triggered() {
@@ -243,7 +253,7 @@ impl ConsumeLoop {
             }
             let stream = match messages.as_mut() {
                 Some(s) => s,
-                None => match self.open(&consumer).await {
+                None => match self.open(&consumers).await {
                     Ok(s) => {
                         backoff = Duration::from_millis(100);
                         messages.insert(s)
@@ -264,27 +274,36 @@ impl ConsumeLoop {
                 _ = shutdown.wait() => break,
                 _ = tick.tick() => self.tick().await,
                 next = stream.next() => match next {
-                    Some(Ok(first)) => {
+                    Some(Some(Ok(first))) => {
                         let mut batch = vec![first];
+                        let mut ended = false;
                         while batch.len() < self.config.batch_size {
                             match stream.next().now_or_never() {
-                                Some(Some(Ok(m))) => batch.push(m),
-                                Some(Some(Err(e))) => {
+                                Some(Some(Some(Ok(m)))) => batch.push(m),
+                                Some(Some(Some(Err(e)))) => {
                                     tracing::debug!(error = %e, "pull stream status");
                                     break;
                                 }
-                                Some(None) | None => break,
+                                Some(Some(None)) | Some(None) => {
+                                    ended = true;
+                                    break;
+                                }
+                                None => break,
                             }
                         }
                         self.process(batch).await;
+                        if ended {
+                            tracing::warn!("a pull stream ended; re-opening");
+                            messages = None;
+                        }
                     }
-                    Some(Err(e)) => {
+                    Some(Some(Err(e))) => {
                         // missing heartbeats while the server restarts, etc.: the stream
                         // re-issues its pull requests itself
                         tracing::debug!(error = %e, "pull stream error");
                     }
-                    None => {
-                        tracing::warn!("pull stream ended; re-opening");
+                    Some(None) | None => {
+                        tracing::warn!("a pull stream ended; re-opening");
                         messages = None;
                     }
                 },
@@ -292,7 +311,7 @@ impl ConsumeLoop {
         }
         if let Some(stream) = messages.as_mut() {
             let mut returned = 0usize;
-            while let Some(Some(Ok(m))) = stream.next().now_or_never() {
+            while let Some(Some(Some(Ok(m)))) = stream.next().now_or_never() {
                 let _ = m.ack_with(AckKind::Nak(None)).await;
                 returned += 1;
             }
@@ -303,19 +322,25 @@ impl ConsumeLoop {
         tracing::info!("consume loop stopped");
     }
 
-    async fn open(
-        &self,
-        consumer: &PullConsumer,
-    ) -> anyhow::Result<async_nats::jetstream::consumer::pull::Stream> {
+    /// Opens a pull stream per consumer and merges them; each ends with one `None` item.
+    async fn open(&self, consumers: &[PullConsumer]) -> anyhow::Result<Merged> {
         let expires = self.config.fetch_expiry.get();
-        let stream = consumer
-            .stream()
-            .max_messages_per_batch(self.config.batch_size)
-            .expires(expires)
-            .heartbeat(expires / 4)
-            .messages()
-            .await?;
-        Ok(stream)
+        let mut streams: Vec<BoxStream<'static, Pulled>> = Vec::with_capacity(consumers.len());
+        for consumer in consumers {
+            let s = consumer
+                .stream()
+                .max_messages_per_batch(self.config.batch_size)
+                .expires(expires)
+                .heartbeat(expires / 4)
+                .messages()
+                .await?;
+            streams.push(
+                s.map(Some)
+                    .chain(futures::stream::once(async { None }))
+                    .boxed(),
+            );
+        }
+        Ok(futures::stream::select_all(streams))
     }
 
     /// Runs timeouts and flushes what they wrote.

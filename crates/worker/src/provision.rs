@@ -87,27 +87,28 @@ pub fn desired_streams(config: &Config, subjects: &Subjects) -> [stream::Config;
     [input, events, dlq]
 }
 
-/// The durable consumer name of this worker's partition.
-pub fn consumer_name(config: &Config) -> String {
-    if config.consumer.partitions > 1 {
-        format!("{}-p{}", config.consumer.name, config.consumer.partition)
-    } else {
-        config.consumer.name.clone()
-    }
+/// The durable consumers of this worker's partition, as (name, filter subject): `<name>`
+/// (whole stream) unpartitioned, else `<name>-p<k>-chunks` and `<name>-p<k>-results`.
+pub fn consumer_names(config: &Config, subjects: &Subjects) -> Vec<(String, String)> {
+    subjects
+        .consumer_filters(config.consumer.partitions, config.consumer.partition)
+        .into_iter()
+        .map(|(suffix, filter)| (format!("{}{suffix}", config.consumer.name), filter))
+        .collect()
 }
 
-/// The pull consumer config toolstream needs.
-pub fn desired_consumer(config: &Config, subjects: &Subjects) -> pull::Config {
+/// The pull consumer config toolstream needs, for one (name, filter).
+pub fn desired_consumer(config: &Config, name: &str, filter: &str) -> pull::Config {
     let c = &config.consumer;
     pull::Config {
-        durable_name: Some(consumer_name(config)),
+        durable_name: Some(name.to_string()),
         description: Some("toolstream worker".to_string()),
         deliver_policy: DeliverPolicy::All,
         ack_policy: AckPolicy::Explicit,
         ack_wait: c.ack_wait.get(),
         max_deliver: c.max_deliver,
         max_ack_pending: c.max_ack_pending,
-        filter_subject: subjects.consumer_filter(c.partitions, c.partition),
+        filter_subject: filter.to_string(),
         ..Default::default()
     }
 }
@@ -276,24 +277,35 @@ async fn ensure_stream(
     }
 }
 
-/// Creates or checks the three streams and this worker's consumer; returns the consumer.
+/// Creates or checks the three streams and this worker's consumers; returns the consumers.
 pub async fn provision(
     js: &Context,
     config: &Config,
     subjects: &Subjects,
-) -> Result<consumer::PullConsumer, ProvisionError> {
+) -> Result<Vec<consumer::PullConsumer>, ProvisionError> {
     let [input, events, dlq] = desired_streams(config, subjects);
     let input_stream = ensure_stream(js, &input, false).await?;
     ensure_stream(js, &events, true).await?;
     ensure_stream(js, &dlq, false).await?;
+    let mut consumers = Vec::new();
+    for (name, filter) in consumer_names(config, subjects) {
+        let want = desired_consumer(config, &name, &filter);
+        consumers.push(ensure_consumer(&input_stream, &name, &want).await?);
+    }
+    Ok(consumers)
+}
 
-    let want = desired_consumer(config, subjects);
-    let name = consumer_name(config);
-    match input_stream.consumer_info(&name).await {
+/// Creates `want` or checks the existing consumer `name`.
+async fn ensure_consumer(
+    input_stream: &stream::Stream,
+    name: &str,
+    want: &pull::Config,
+) -> Result<consumer::PullConsumer, ProvisionError> {
+    match input_stream.consumer_info(name).await {
         Ok(info) => {
-            let mismatches = consumer_mismatches(&info.config, &want);
+            let mismatches = consumer_mismatches(&info.config, want);
             if !mismatches.is_empty() {
-                return Err(fatal_mismatch("consumer", &name, &mismatches));
+                return Err(fatal_mismatch("consumer", name, &mismatches));
             }
         }
         Err(e) => {
@@ -324,7 +336,7 @@ pub async fn provision(
         }
     }
     input_stream
-        .get_consumer::<pull::Config>(&name)
+        .get_consumer::<pull::Config>(name)
         .await
         .map_err(|e| ProvisionError::Transient(anyhow::anyhow!("get consumer {name}: {e}")))
 }
@@ -387,8 +399,8 @@ mod tests {
 
     #[test]
     fn an_ack_none_consumer_is_reported() {
-        let (c, s) = setup();
-        let want = desired_consumer(&c, &s);
+        let (c, _) = setup();
+        let want = desired_consumer(&c, "toolstream", "");
         let have = consumer::Config {
             durable_name: want.durable_name.clone(),
             ack_policy: AckPolicy::None,
@@ -405,12 +417,26 @@ mod tests {
     }
 
     #[test]
-    fn partition_consumers_have_their_own_name_and_filter() {
+    fn partition_consumers_have_their_own_names_and_filters() {
         let (mut c, s) = setup();
         c.consumer.partitions = 3;
         c.consumer.partition = 1;
-        let want = desired_consumer(&c, &s);
-        assert_eq!(want.durable_name.as_deref(), Some("toolstream-p1"));
-        assert_eq!(want.filter_subject, "toolstream.p.1.>");
+        let names = consumer_names(&c, &s);
+        assert_eq!(
+            names,
+            vec![
+                (
+                    "toolstream-p1-chunks".to_string(),
+                    "toolstream.p.1.chunks.>".to_string()
+                ),
+                (
+                    "toolstream-p1-results".to_string(),
+                    "toolstream.p.1.results.>".to_string()
+                ),
+            ]
+        );
+        let want = desired_consumer(&c, &names[0].0, &names[0].1);
+        assert_eq!(want.durable_name.as_deref(), Some("toolstream-p1-chunks"));
+        assert_eq!(want.filter_subject, "toolstream.p.1.chunks.>");
     }
 }

@@ -75,11 +75,11 @@ async fn provision_until_ready(
     config: &Config,
     subjects: &Subjects,
     shutdown: &mut Shutdown,
-) -> anyhow::Result<Option<jetstream::consumer::PullConsumer>> {
+) -> anyhow::Result<Option<Vec<jetstream::consumer::PullConsumer>>> {
     let mut backoff = Duration::from_millis(100);
     loop {
         match provision::provision(js, config, subjects).await {
-            Ok(consumer) => return Ok(Some(consumer)),
+            Ok(consumers) => return Ok(Some(consumers)),
             Err(ProvisionError::Fatal(e)) => return Err(e.context("provisioning JetStream")),
             Err(ProvisionError::Transient(e)) => {
                 tracing::warn!(error = %format!("{e:#}"), "provisioning not possible yet; retrying");
@@ -134,7 +134,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let js = jetstream::new(client.clone());
     tracing::info!(url = %config.nats_url, "NATS client started");
 
-    let Some(consumer) = provision_until_ready(&js, &config, &subjects, &mut shutdown).await?
+    let Some(consumers) = provision_until_ready(&js, &config, &subjects, &mut shutdown).await?
     else {
         tracing::info!("shutdown before provisioning finished");
         return Ok(ExitCode::SUCCESS);
@@ -143,7 +143,10 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         input = %config.streams.input,
         events = %config.streams.events,
         dlq = %config.streams.dlq,
-        consumer = %provision::consumer_name(&config),
+        consumers = ?provision::consumer_names(&config, &subjects)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect::<Vec<_>>(),
         "JetStream ready"
     );
 
@@ -177,7 +180,12 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         crate::query::serve(
             client.clone(),
             Arc::clone(&store),
-            config.subject_prefix.clone(),
+            // partitioned: queries for partition k are mapped to <prefix>.p.<k>.query.…
+            crate::query::query_prefix(
+                &config.subject_prefix,
+                config.consumer.partitions,
+                config.consumer.partition,
+            ),
             shutdown.receiver(),
         ),
     ));
@@ -190,7 +198,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         relay_wake: Arc::clone(&relay_wake),
         config: config.consumer.clone(),
     };
-    let consume_handle = tokio::spawn(consume.run(consumer, shutdown.clone()));
+    let consume_handle = tokio::spawn(consume.run(consumers, shutdown.clone()));
 
     // Wait for the one shutdown path (or a task that should never end).
     let consume_result = consume_handle.await;

@@ -3,11 +3,14 @@
 //! Producers publish `<prefix>.chunks.<conv>.<msg>` and `<prefix>.results.<conv>.<msg>`. With
 //! `partitions > 1` the server maps those (deploy/nats-server.conf) to
 //! `<prefix>.p.<k>.chunks.<conv>.<msg>` / `<prefix>.p.<k>.results.<conv>.<msg>`, where
-//! `k = partition(N, conv)`; the input stream then holds `<prefix>.p.*.>` and partition `k`'s
-//! consumer filters on `<prefix>.p.<k>.>`. One filter subject per consumer (nats-server 2.9 has
-//! no multi-filter consumers), and 2.9 wants that filter inside one stream subject, which is why
-//! the stream takes all of `<prefix>.p.*.>` rather than `.p.*.chunks.>` + `.p.*.results.>`;
-//! anything else published there is dead-lettered as unroutable.
+//! `k = partition(N, conv)`; the input stream then holds `<prefix>.p.*.chunks.>` and
+//! `<prefix>.p.*.results.>` — exactly the input, nothing else of the `p.<k>` namespace (queries
+//! are mapped to `<prefix>.p.<k>.query.…` and must not land in a stream).
+//!
+//! nats-server 2.9 gives a consumer one filter subject, inside the stream's subjects, so
+//! partition `k` is consumed through two durable consumers, `…p.<k>.chunks.>` and
+//! `…p.<k>.results.>`, merged by the consume loop. (Order matters only within one
+//! (kind, conversation, message) stream, which one consumer always carries.)
 
 use assembler::InputKind;
 
@@ -52,18 +55,30 @@ impl Subjects {
     pub fn input_stream_subjects(&self, partitions: u32) -> Vec<String> {
         let p = &self.prefix;
         if partitions > 1 {
-            vec![format!("{p}.p.*.>")]
+            vec![format!("{p}.p.*.chunks.>"), format!("{p}.p.*.results.>")]
         } else {
             vec![format!("{p}.chunks.>"), format!("{p}.results.>")]
         }
     }
 
-    /// Filter subject of partition `k`'s consumer; empty (the whole stream) when unpartitioned.
-    pub fn consumer_filter(&self, partitions: u32, partition: u32) -> String {
+    /// The consumers partition `k` reads through, as (name suffix, filter subject): one
+    /// consumer of the whole stream when unpartitioned, else one for its chunks and one for
+    /// its results.
+    pub fn consumer_filters(&self, partitions: u32, partition: u32) -> Vec<(String, String)> {
+        let p = &self.prefix;
         if partitions > 1 {
-            format!("{}.p.{partition}.>", self.prefix)
+            vec![
+                (
+                    format!("-p{partition}-chunks"),
+                    format!("{p}.p.{partition}.chunks.>"),
+                ),
+                (
+                    format!("-p{partition}-results"),
+                    format!("{p}.p.{partition}.results.>"),
+                ),
+            ]
         } else {
-            String::new()
+            vec![(String::new(), String::new())]
         }
     }
 
@@ -179,8 +194,30 @@ mod tests {
     #[test]
     fn partitioned_consumers_filter_one_partition_each() {
         let s = Subjects::new("toolstream");
-        assert_eq!(s.consumer_filter(1, 0), "");
-        assert_eq!(s.consumer_filter(4, 2), "toolstream.p.2.>");
-        assert_eq!(s.input_stream_subjects(4), vec!["toolstream.p.*.>"]);
+        assert_eq!(
+            s.consumer_filters(1, 0),
+            vec![(String::new(), String::new())]
+        );
+        let filters: Vec<String> = s.consumer_filters(4, 2).into_iter().map(|f| f.1).collect();
+        assert_eq!(
+            filters,
+            vec!["toolstream.p.2.chunks.>", "toolstream.p.2.results.>"]
+        );
+        assert_eq!(
+            s.input_stream_subjects(4),
+            vec!["toolstream.p.*.chunks.>", "toolstream.p.*.results.>"]
+        );
+    }
+
+    #[test]
+    fn the_partitioned_input_stream_does_not_swallow_partitioned_queries() {
+        // deploy/nats-server.conf maps queries to <prefix>.p.<k>.query...; a stream holding
+        // that subject would answer requests with PubAcks.
+        let s = Subjects::new("toolstream");
+        for subject in s.input_stream_subjects(4) {
+            let pattern: Vec<&str> = subject.split('.').collect();
+            assert_ne!(pattern.get(3), Some(&">"), "{subject} covers p.<k>.query");
+            assert!(pattern.get(3) != Some(&"*"), "{subject} covers p.<k>.query");
+        }
     }
 }

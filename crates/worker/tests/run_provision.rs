@@ -124,11 +124,13 @@ async fn an_existing_consumer_with_unbounded_redelivery_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_partitions_two_workers_every_stream_assembled_once() {
-    // The deploy mapping, with 2 partitions.
+    // The deploy mappings (input and queries), with 2 partitions.
     let server = NatsServer::start_with_config(
         r#"mappings = {
   "toolstream.chunks.*.*": "toolstream.p.{{partition(2,1)}}.chunks.{{wildcard(1)}}.{{wildcard(2)}}"
   "toolstream.results.*.*": "toolstream.p.{{partition(2,1)}}.results.{{wildcard(1)}}.{{wildcard(2)}}"
+  "toolstream.query.message.*.*": "toolstream.p.{{partition(2,1)}}.query.message.{{wildcard(1)}}.{{wildcard(2)}}"
+  "toolstream.query.history.*": "toolstream.p.{{partition(2,1)}}.query.history.{{wildcard(1)}}"
 }
 "#,
     )
@@ -147,8 +149,14 @@ async fn two_partitions_two_workers_every_stream_assembled_once() {
         w.wait_ready();
     }
     let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream-p0").await;
-    wait_provisioned(&js, "toolstream-p1").await;
+    for name in [
+        "toolstream-p0-chunks",
+        "toolstream-p0-results",
+        "toolstream-p1-chunks",
+        "toolstream-p1-results",
+    ] {
+        wait_provisioned(&js, name).await;
+    }
 
     let producer = Producer::new(js.clone());
     const N: usize = 16;
@@ -171,13 +179,28 @@ async fn two_partitions_two_workers_every_stream_assembled_once() {
                 )
                 .await;
         }
+        // the result travels through the partition's results consumer
+        producer
+            .result(
+                &format!("conv{i}"),
+                &format!("res{i}"),
+                0,
+                &format!("call_p{i}"),
+                "ok",
+            )
+            .await;
     }
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let results = |all: &[Read]| {
+        all.iter()
+            .filter(|e| e.json()["type"] == "tool_result.completed")
+            .count()
+    };
     events
         .until(
             WAIT,
-            "every message.completed from two partitions",
-            |all| completed_messages(all) >= N,
+            "every message.completed and tool_result.completed from two partitions",
+            |all| completed_messages(all) >= N && results(all) >= N,
             || {
                 workers
                     .iter()
@@ -187,11 +210,35 @@ async fn two_partitions_two_workers_every_stream_assembled_once() {
             },
         )
         .await;
+    // A query reaches the worker whose partition holds the conversation (and is not
+    // swallowed by the input stream).
+    let nc = client(&server.url()).await;
+    for i in 0..N {
+        let reply = tokio::time::timeout(
+            WAIT,
+            nc.request(
+                format!("toolstream.query.message.conv{i}.msg{i}"),
+                "".into(),
+            ),
+        )
+        .await
+        .expect("query answered in time")
+        .expect("query answered");
+        let v: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap_or_else(|e| {
+            panic!(
+                "conv{i}: not a snapshot ({e}): {:?} {}",
+                reply.headers,
+                String::from_utf8_lossy(&reply.payload)
+            )
+        });
+        assert_eq!(v["status"], "completed", "conv{i}: {v}");
+        assert_eq!(v["calls"][0]["tool_call"]["id"], format!("call_p{i}"));
+    }
     for w in workers.iter_mut() {
         assert!(w.terminate(), "{}", tail(&w.log(), 30));
     }
     events.poll().await;
-    assert_eq!(events.all.len(), 3 * N, "each stream once");
+    assert_eq!(events.all.len(), 4 * N, "each stream and result once");
     let grouped = by_message(&events.all);
     for i in 0..N {
         check_message(
@@ -201,14 +248,24 @@ async fn two_partitions_two_workers_every_stream_assembled_once() {
         .unwrap();
     }
 
-    let input = js.get_stream("TOOLSTREAM_IN").await.unwrap();
+    let mut input = js.get_stream("TOOLSTREAM_IN").await.unwrap();
+    let mut subjects = input.info().await.unwrap().config.subjects.clone();
+    subjects.sort();
+    assert_eq!(
+        subjects,
+        vec!["toolstream.p.*.chunks.>", "toolstream.p.*.results.>"],
+        "the stream holds only input, not the partitioned query subjects"
+    );
     let mut delivered = Vec::new();
     for k in 0..2 {
         let info = input
-            .consumer_info(format!("toolstream-p{k}"))
+            .consumer_info(format!("toolstream-p{k}-chunks"))
             .await
             .unwrap();
-        assert_eq!(info.config.filter_subject, format!("toolstream.p.{k}.>"));
+        assert_eq!(
+            info.config.filter_subject,
+            format!("toolstream.p.{k}.chunks.>")
+        );
         delivered.push(info.delivered.consumer_sequence);
     }
     assert!(
