@@ -89,6 +89,8 @@ pub enum ResultTag {
     CallIndex,
     /// The conversation's provider: `(conv)`.
     ConversationProvider,
+    /// Streamed pieces of a pending result: `(conv, call id)` + piece number.
+    ResultPiece,
 }
 
 /// Key in the results keyspace: tag, conversation, and (except for the provider) call id.
@@ -98,11 +100,19 @@ pub fn result(tag: ResultTag, conv: &str, call_id: &str) -> Vec<u8> {
         ResultTag::Pending => b'p',
         ResultTag::CallIndex => b'i',
         ResultTag::ConversationProvider => b'v',
+        ResultTag::ResultPiece => b'q',
     });
     push_str(&mut k, conv);
     if tag != ResultTag::ConversationProvider {
         push_str(&mut k, call_id);
     }
+    k
+}
+
+/// Key of one streamed piece of a pending result.
+pub fn result_piece(conv: &str, call_id: &str, piece: u32) -> Vec<u8> {
+    let mut k = result(ResultTag::ResultPiece, conv, call_id);
+    k.extend_from_slice(&piece.to_be_bytes());
     k
 }
 

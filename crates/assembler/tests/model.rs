@@ -317,7 +317,7 @@ impl Model {
             .pending
             .entry(id.clone())
             .or_insert_with(|| (PendingResult::new(rmsg, now), true));
-        entry.0.absorb(r);
+        let _ = entry.0.absorb(r);
         entry.1 = true;
         if entry.0.done && self.registered.contains_key(&id) {
             self.matched(&id);

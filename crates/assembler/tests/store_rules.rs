@@ -489,3 +489,39 @@ fn a_producer_far_ahead_of_a_gap_parks_thousands_and_all_drain_in_order() {
         "nothing left parked or open"
     );
 }
+
+#[test]
+fn a_result_streamed_in_one_message_with_its_done_is_assembled_whole() {
+    let s = store();
+    for (i, body) in two_call_stream().iter().enumerate() {
+        let _ = s.apply(&chunk("c", "m", i as u64, body), 0).unwrap();
+    }
+    let all = br#"[{"tool_call_id":"call_a","delta":"sun"},{"tool_call_id":"call_a","delta":"ny"},{"tool_call_id":"call_a","done":true}]"#;
+    let _ = s.apply(&result("c", "tools", 0, all), 0).unwrap();
+    let snap = s.message_snapshot("c", "m").unwrap().unwrap();
+    assert_eq!(snap.tool_results[0].output, "sunny");
+}
+
+#[test]
+fn a_streamed_result_survives_a_restart_between_its_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = reopen(dir.path(), Config::default());
+        let d = br#"{"tool_call_id":"call_b","delta":"12:"}"#;
+        let _ = s.apply(&result("c", "tools", 0, d), 0).unwrap();
+        s.flush().unwrap();
+    }
+    let s = reopen(dir.path(), Config::default());
+    for (i, body) in two_call_stream().iter().enumerate() {
+        let _ = s.apply(&chunk("c", "m", i as u64, body), 0).unwrap();
+    }
+    let parts: [&[u8]; 2] = [
+        br#"{"tool_call_id":"call_b","delta":"30"}"#,
+        br#"{"tool_call_id":"call_b","done":true}"#,
+    ];
+    for (i, p) in parts.iter().enumerate() {
+        let _ = s.apply(&result("c", "tools", i as u64 + 1, p), 0).unwrap();
+    }
+    let snap = s.message_snapshot("c", "m").unwrap().unwrap();
+    assert_eq!(snap.tool_results[0].output, "12:30");
+}

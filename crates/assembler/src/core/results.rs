@@ -1,4 +1,8 @@
 //! Tool results as they arrive: assembled (whole or streamed) and waiting for their call.
+//!
+//! A streamed result's pieces are stored as their own records (see
+//! [`PendingResult::absorb`]), so a result assembled from many deltas is never rewritten
+//! whole per delta.
 
 use chunk_model::{ResultInput, ToolResult};
 use serde::{Deserialize, Serialize};
@@ -8,8 +12,16 @@ use serde::{Deserialize, Serialize};
 pub struct PendingResult {
     /// The message of the results subject it arrived on.
     pub message_id: String,
-    /// The output assembled so far.
-    pub output: String,
+    /// The output of a whole result (`{"tool_call_id", "output"}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub whole: Option<String>,
+    /// Streamed output absorbed by this value in memory (the store keeps the pieces as
+    /// records instead; not stored here).
+    #[serde(skip)]
+    pub streamed: String,
+    /// Number of streamed pieces absorbed so far.
+    #[serde(default)]
+    pub pieces: u32,
     /// Whether the result is complete (whole, or its `done` arrived).
     pub done: bool,
     /// Whether the tool reported failure.
@@ -23,40 +35,57 @@ impl PendingResult {
     pub fn new(message_id: &str, now_ms: u64) -> PendingResult {
         PendingResult {
             message_id: message_id.to_string(),
-            output: String::new(),
+            whole: None,
+            streamed: String::new(),
+            pieces: 0,
             done: false,
             is_error: false,
             received_ms: now_ms,
         }
     }
 
-    /// Adds one result input (whole results replace, deltas append, `done` completes). A
+    /// Adds one result input: a whole result sets the output, a delta is appended (and
+    /// returned with its piece number, for the caller to store), `done` completes. A
     /// complete result changes nothing further.
-    pub fn absorb(&mut self, input: ResultInput) {
+    #[must_use]
+    pub fn absorb(&mut self, input: ResultInput) -> Option<(u32, String)> {
         if self.done {
-            return;
+            return None;
         }
         match input {
             ResultInput::Complete(r) => {
-                self.output = r.output;
+                self.whole = Some(r.output);
                 self.is_error = r.is_error;
                 self.done = true;
+                None
             }
-            ResultInput::Delta { delta, .. } => self.output.push_str(&delta),
+            ResultInput::Delta { delta, .. } => {
+                let piece = self.pieces;
+                self.pieces += 1;
+                self.streamed.push_str(&delta);
+                Some((piece, delta))
+            }
             ResultInput::Done { is_error, .. } => {
                 self.is_error = is_error;
                 self.done = true;
+                None
             }
         }
     }
 
-    /// The canonical result for the call `tool_call_id`.
-    pub fn to_result(&self, tool_call_id: &str) -> ToolResult {
+    /// The canonical result for the call `tool_call_id`, with `streamed` as the streamed
+    /// output (ignored for a whole result).
+    pub fn to_result_with(&self, tool_call_id: &str, streamed: &str) -> ToolResult {
         ToolResult {
             tool_call_id: tool_call_id.to_string(),
-            output: self.output.clone(),
+            output: self.whole.clone().unwrap_or_else(|| streamed.to_string()),
             is_error: self.is_error,
         }
+    }
+
+    /// The canonical result, from what this value absorbed in memory.
+    pub fn to_result(&self, tool_call_id: &str) -> ToolResult {
+        self.to_result_with(tool_call_id, &self.streamed)
     }
 
     /// Whether the grace period for finding its call has run out at `now_ms`.

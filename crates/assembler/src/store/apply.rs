@@ -298,7 +298,9 @@ fn handle_result(
         Some(bytes) => from_bytes("results", &bytes)?,
         None => PendingResult::new(rmsg, now),
     };
-    pending.absorb(input);
+    if let Some((piece, delta)) = pending.absorb(input) {
+        txn.results_put(keys::result_piece(conv, &id, piece), delta.into_bytes());
+    }
     match index {
         Some(i) if pending.done => matched(txn, conv, &id, &i.message_id, i.index, &pending),
         _ => {
@@ -320,7 +322,7 @@ fn matched(
     pos: u32,
     pending: &PendingResult,
 ) -> Result<(), StoreError> {
-    let result = pending.to_result(id);
+    let result = take_result(txn, conv, id, pending)?;
     let provider = match txn.message_mut(conv, call_msg)? {
         Some(m) => {
             m.tool_results.push(result.clone());
@@ -370,7 +372,7 @@ pub(crate) fn orphan(txn: &mut Txn<'_>, conv: &str, id: &str) -> Result<(), Stor
         return Ok(());
     };
     let pending: PendingResult = from_bytes("results", &bytes)?;
-    let result = pending.to_result(id);
+    let result = take_result(txn, conv, id, &pending)?;
     let provider = txn.conversation_provider(conv)?;
     let ev = emit::result_event(
         conv,
@@ -386,6 +388,25 @@ pub(crate) fn orphan(txn: &mut Txn<'_>, conv: &str, id: &str) -> Result<(), Stor
     txn.emit(&ev)?;
     txn.results_delete(pkey);
     Ok(())
+}
+
+/// The complete result of a pending one (streamed pieces read back in order), deleting the
+/// pieces.
+fn take_result(
+    txn: &mut Txn<'_>,
+    conv: &str,
+    id: &str,
+    pending: &PendingResult,
+) -> Result<chunk_model::ToolResult, StoreError> {
+    let mut streamed = Vec::new();
+    if pending.pieces > 0 {
+        let prefix = keys::result(ResultTag::ResultPiece, conv, id);
+        for (k, v) in txn.results_scan(&prefix)? {
+            streamed.extend_from_slice(&v);
+            txn.results_delete(k);
+        }
+    }
+    Ok(pending.to_result_with(id, &String::from_utf8_lossy(&streamed)))
 }
 
 /// Writes a dead letter for `item` (its sequence number is consumed by the caller).

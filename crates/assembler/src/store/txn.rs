@@ -178,6 +178,25 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// Every (key, value) under `prefix` in the results keyspace, seeing this unit's own
+    /// writes, in key order.
+    pub fn results_scan(&self, prefix: &[u8]) -> Result<Vec<crate::storage::Pair>, StoreError> {
+        let mut all: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = self
+            .storage
+            .scan_prefix(Space::Results, prefix)?
+            .into_iter()
+            .collect();
+        for (k, v) in &self.results_overlay {
+            if k.starts_with(prefix) {
+                match v {
+                    Some(v) => all.insert(k.clone(), v.clone()),
+                    None => all.remove(k),
+                };
+            }
+        }
+        Ok(all.into_iter().collect())
+    }
+
     /// Writes to the results keyspace.
     pub fn results_put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.results_overlay
