@@ -211,6 +211,17 @@ impl Config {
         Config::from_toml(&text).with_context(|| format!("config file {}", path.display()))
     }
 
+    /// A copy safe to print: token and password replaced by `<redacted>`.
+    pub fn redacted(&self) -> Config {
+        let mut c = self.clone();
+        for secret in [&mut c.auth.token, &mut c.auth.password] {
+            if secret.is_some() {
+                *secret = Some("<redacted>".to_string());
+            }
+        }
+        c
+    }
+
     /// The sled directory of this worker's partition.
     pub fn store_dir(&self) -> PathBuf {
         if self.consumer.partitions > 1 {

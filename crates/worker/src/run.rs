@@ -30,7 +30,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let print = args.print_config;
     let config = args.resolve()?;
     if print {
-        print!("{}", toml::to_string_pretty(&config)?);
+        print!("{}", toml::to_string_pretty(&config.redacted())?);
         return Ok(ExitCode::SUCCESS);
     }
     init_tracing(config.log_format);
@@ -78,7 +78,11 @@ async fn provision_until_ready(
 ) -> anyhow::Result<Option<Vec<jetstream::consumer::PullConsumer>>> {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match provision::provision(js, config, subjects).await {
+        let attempt = tokio::select! {
+            _ = shutdown.wait() => return Ok(None),
+            attempt = provision::provision(js, config, subjects) => attempt,
+        };
+        match attempt {
             Ok(consumers) => return Ok(Some(consumers)),
             Err(ProvisionError::Fatal(e)) => return Err(e.context("provisioning JetStream")),
             Err(ProvisionError::Transient(e)) => {

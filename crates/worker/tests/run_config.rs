@@ -2,6 +2,8 @@
 //! parses and documents every setting at its default; environment variables override the file
 //! and flags override both; `--help` lists every flag the sample names; misspelt keys fail.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -159,6 +161,20 @@ fn environment_overrides_the_file_and_flags_override_the_environment() {
 }
 
 #[test]
+fn printed_config_never_shows_secrets() {
+    let c = printed(
+        &["--user", "u"],
+        &[("TOOLSTREAM_PASSWORD", "hunter2-secret")],
+    );
+    assert_eq!(c["auth"]["user"].as_str(), Some("u"));
+    assert_eq!(c["auth"]["password"].as_str(), Some("<redacted>"));
+    let out = run(&["--print-config", "--token", "tok-secret-9"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("tok-secret-9"), "{text}");
+    assert!(text.contains("<redacted>"));
+}
+
+#[test]
 fn a_misspelt_key_or_a_bad_value_fails_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad.toml");
@@ -180,4 +196,32 @@ fn a_misspelt_key_or_a_bad_value_fails_naming_it() {
 
     let out = run(&["--print-config", "--ack-wait", "soon"], &[]);
     assert!(!out.status.success());
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    // no server on this port: the worker logs its retries, then stops on SIGTERM
+    let port = toolstream_testkit::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = common::Worker::start(
+        &format!("nats://127.0.0.1:{port}"),
+        &dir.path().join("s"),
+        &["--log-format", "json"],
+    );
+    let deadline = std::time::Instant::now() + common::WAIT;
+    while w.log().lines().count() < 3 {
+        assert!(std::time::Instant::now() < deadline, "no logs: {}", w.log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(w.terminate(), "stops on SIGTERM before ever connecting");
+    let log = w.log();
+    for line in log.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            v["level"].is_string() && v["timestamp"].is_string(),
+            "{line}"
+        );
+    }
+    assert!(log.contains("\"message\":\"store open\""), "{log}");
 }
