@@ -46,19 +46,23 @@ async fn end_to_end_latency_one_publish_at_a_time() {
 async fn measure(label: &str, messages: usize, in_flight: usize, interleave: bool) {
     let server = NatsServer::start().expect("nats-server");
     let dir = tempfile::tempdir().unwrap();
-    // the production defaults for the timings that shape latency
-    let mut worker = Worker::start(
-        &server.url(),
-        &dir.path().join("store"),
-        &[
-            "--fetch-expiry",
-            "5s",
-            "--relay-interval",
-            "1s",
-            "--tick-interval",
-            "1s",
-        ],
-    );
+    // the production defaults for the timings that shape latency, unless E2E_WORKER_ARGS
+    // sets them; E2E_WORKER_ARGS is appended
+    let extra_env = std::env::var("E2E_WORKER_ARGS").unwrap_or_default();
+    let extra: Vec<&str> = extra_env.split_whitespace().collect();
+    let mut args = Vec::new();
+    for (flag, value) in [
+        ("--fetch-expiry", "5s"),
+        ("--relay-interval", "1s"),
+        ("--tick-interval", "1s"),
+    ] {
+        if !extra.contains(&flag) {
+            args.extend([flag, value]);
+        }
+    }
+    args.extend(extra.iter().copied());
+    println!("e2e {label}: worker flags {args:?}");
+    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &args);
     let nc = client(&server.url()).await;
     let js = async_nats::jetstream::new(nc.clone());
     wait_provisioned(&js, "toolstream").await;
