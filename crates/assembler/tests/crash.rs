@@ -230,6 +230,7 @@ fn reference(items: &[Item]) -> Reference {
         let _ = store.apply(&item.input(), 0).unwrap();
         rows_after.push(store.outbox_len());
     }
+    store.flush().unwrap();
     let rows = store
         .outbox_peek(usize::MAX)
         .unwrap()

@@ -29,7 +29,8 @@ pub enum JsonlError {
     Io(#[from] std::io::Error),
 }
 
-/// Writes every outbox row to `out` (events as lines, dead letters reported) and removes them.
+/// Writes every durable outbox row to `out` (events as lines, dead letters reported) and
+/// removes them. Rows not yet flushed are left for a later call.
 pub fn drain(store: &Store, out: &mut impl Write) -> Result<Drained, JsonlError> {
     let mut drained = Drained::default();
     loop {

@@ -82,7 +82,6 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     for rec in &recordings {
         rejected += replay_one(&store, &args, rec, &mut clock, &mut out)?;
     }
-    store.flush().context("flush store")?;
     out.flush()?;
     if rejected > 0 {
         eprintln!("toolstream: {rejected} chunk(s) could not be decoded (dead letters, see above)");
@@ -164,8 +163,6 @@ fn replay_one(
         if args.timeline {
             timeline_chunk(out, rec.provider, seq as u64, chunk, &applied)?;
             timeline_events(store, out)?;
-        } else {
-            emit(store, out)?;
         }
     }
     // End of file = end of stream: calls the recording never ended are abandoned.
@@ -194,14 +191,17 @@ fn replay_one(
     Ok(rejected)
 }
 
-/// Prints pending events as JSON lines.
+/// Flushes the store (the outbox hands out only durable rows) and prints the events as JSON
+/// lines.
 fn emit(store: &Store, out: &mut impl Write) -> anyhow::Result<()> {
+    store.flush().context("flush store")?;
     let _ = sink::jsonl::drain(store, out)?;
     Ok(())
 }
 
-/// Prints pending events for a person.
+/// Flushes and prints pending events for a person.
 fn timeline_events(store: &Store, out: &mut impl Write) -> anyhow::Result<()> {
+    store.flush().context("flush store")?;
     let mut buf = Vec::new();
     let _ = sink::jsonl::drain(store, &mut buf)?;
     for line in buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {

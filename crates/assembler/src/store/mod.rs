@@ -28,7 +28,7 @@ use crate::storage::{Space, Storage};
 use chunk_model::MessageSnapshot;
 use inner::Inner;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The assembler store. Cheap to clone (shared handles); `Send + Sync`. `apply` and `tick`
@@ -38,6 +38,9 @@ pub struct Store {
     storage: Arc<dyn Storage>,
     inner: Arc<Mutex<Inner>>,
     outbox_len: Arc<AtomicUsize>,
+    /// Outbox rows with a key below this are durable (written before the last flush began);
+    /// only those are handed to the relay.
+    durable_before: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -69,10 +72,13 @@ impl Store {
     pub fn with_storage(storage: Arc<dyn Storage>, config: Config) -> Result<Store, StoreError> {
         let inner = Inner::load(storage.as_ref(), config)?;
         let outbox_len = storage.count(Space::Outbox)?;
+        // Everything found at open survived a restart: it is durable.
+        let durable_before = inner.outbox_next;
         Ok(Store {
             storage,
             inner: Arc::new(Mutex::new(inner)),
             outbox_len: Arc::new(AtomicUsize::new(outbox_len)),
+            durable_before: Arc::new(AtomicU64::new(durable_before)),
         })
     }
 
@@ -140,16 +146,26 @@ impl Store {
         }
     }
 
-    /// Makes every commit so far durable (group commit: call once per batch, then ack it).
+    /// Makes every commit so far durable (group commit: call once per batch, then ack it),
+    /// and hands the outbox rows those commits wrote to the relay.
     pub fn flush(&self) -> Result<(), StoreError> {
-        self.storage.flush()
+        // Rows numbered below `mark` were committed before this flush began, so the flush
+        // makes them durable; rows committed meanwhile wait for the next flush.
+        let mark = self.locked()?.outbox_next;
+        self.storage.flush()?;
+        self.durable_before.fetch_max(mark, Ordering::AcqRel);
+        Ok(())
     }
 
-    /// Up to `limit` outbox rows, oldest first.
+    /// Up to `limit` *durable* outbox rows, oldest first. A row becomes visible here only
+    /// after a [`Store::flush`] made it durable, so nothing is published that a crash could
+    /// take back (a timeout event, say, that a late chunk would then contradict).
     pub fn outbox_peek(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        let durable_before = self.durable_before.load(Ordering::Acquire);
         self.storage
             .first_n(Space::Outbox, limit)?
             .into_iter()
+            .filter(|(k, _)| keys::outbox_key(k).is_some_and(|key| key < durable_before))
             .map(|(k, v)| {
                 keys::outbox_key(&k)
                     .and_then(|key| OutboxEntry::decode(key, &v))

@@ -59,11 +59,15 @@ pub fn result<'a>(conv: &'a str, msg: &'a str, seq: u64, body: &'a [u8]) -> Inpu
     }
 }
 
-/// Every event row in the outbox, oldest first (rows are left in place).
+/// Flushes, then the first `limit` outbox rows (the relay only sees flushed rows).
+pub fn durable_rows(store: &Store, limit: usize) -> Vec<assembler::OutboxEntry> {
+    store.flush().unwrap();
+    store.outbox_peek(limit).unwrap()
+}
+
+/// Every event row in the outbox, oldest first (flushes; rows are left in place).
 pub fn events(store: &Store) -> Vec<Event> {
-    store
-        .outbox_peek(usize::MAX)
-        .unwrap()
+    durable_rows(store, usize::MAX)
         .into_iter()
         .filter(|e| e.kind == OutboxKind::Event)
         .map(|e| serde_json::from_slice(&e.payload).unwrap())
