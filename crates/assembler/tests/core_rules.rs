@@ -400,3 +400,43 @@ fn the_stop_of_a_text_block_is_not_a_nameless_call() {
     assert_eq!(calls[0].tool_call.id, "toolu_1");
     assert_eq!(calls[0].status, CallStatus::Completed);
 }
+
+/// AI SDK v5 sends `tool-input-end` (the end) before `tool-call`, which alone carries the
+/// provider metadata (Gemini's `thoughtSignature`); dropping it made history unrenderable.
+#[test]
+fn metadata_on_a_second_end_is_kept_but_changes_nothing_else() {
+    let mut m = Msg::new();
+    let at = CallRef {
+        wire_id: Some("call_1".into()),
+        ..CallRef::default()
+    };
+    m.feed(ChunkEvent::CallFragment(CallFragment {
+        at: at.clone(),
+        name: Some("f".into()),
+        arguments: Some(r#"{"a":1}"#.into()),
+        ..CallFragment::default()
+    }));
+    m.feed(ChunkEvent::CallEnd(CallEnd {
+        at: at.clone(),
+        ..CallEnd::default()
+    }));
+    let mut meta = serde_json::Map::new();
+    meta.insert("thoughtSignature".into(), json!("sig"));
+    let second = m.feed(ChunkEvent::CallEnd(CallEnd {
+        at,
+        name: Some("f".into()),
+        arguments: Some(r#"{"a":2}"#.into()),
+        metadata: meta,
+        ..CallEnd::default()
+    }));
+    assert!(second.is_empty(), "a second end emits nothing");
+    m.feed(finish(Finish::Complete, "tool-calls"));
+    let calls = m.completed().calls.clone().unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].status, CallStatus::Completed);
+    assert_eq!(calls[0].tool_call.arguments, json!({"a":1}));
+    assert_eq!(
+        calls[0].tool_call.provider_metadata.get("thoughtSignature"),
+        Some(&json!("sig"))
+    );
+}
