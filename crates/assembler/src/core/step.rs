@@ -300,18 +300,7 @@ fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepO
     }
     let terminal = |p: usize| msg.calls.get(p).is_some_and(|c| c.is_terminal());
     let pos = match found {
-        Some((p, By::WireId)) if terminal(p) => {
-            // A second end changes neither status nor arguments, but provider metadata it
-            // brings that the call lacks is kept: the AI SDK ends a call with
-            // `tool-input-end` and only then sends `tool-call` carrying Gemini's
-            // `thoughtSignature`, which history must render back.
-            if let Some(call) = msg.calls.get_mut(p) {
-                for (k, v) in e.metadata {
-                    call.metadata.entry(k).or_insert(v);
-                }
-            }
-            return;
-        }
+        Some((p, By::WireId)) if terminal(p) => return,
         Some((p, By::WireId)) => p,
         Some((p, _)) if other_wire_id(msg, p, &e.at) => new_call(msg, &e.at),
         Some((p, _)) if terminal(p) && e.name.is_some() => new_call(msg, &e.at),
