@@ -112,7 +112,12 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         tokio::task::spawn_blocking(move || Store::open(&dir, cfg))
             .await
             .context("open the store")?
-            .with_context(|| format!("open the store in {}", store_dir.display()))?
+            .with_context(|| {
+                format!(
+                    "open the store in {} (each worker needs its own --data-dir)",
+                    store_dir.display()
+                )
+            })?
     };
     let store = Arc::new(store);
     health.set_store_open(true);
