@@ -46,10 +46,29 @@ fn v5_tool_input_start_delta_end_use_id_and_no_index() {
             Some("{\"city\"")
         )]
     );
+}
+
+/// `tool-input-end` only closes the input text; the `tool-call` part that follows is the end
+/// and alone carries provider metadata (Gemini's `thoughtSignature`). Ending the call on
+/// `tool-input-end` lost that metadata, or made the completed event disagree with the
+/// message's list.
+#[test]
+fn tool_input_end_is_not_the_end_of_the_call() {
     assert_eq!(
         decode_ok(P, r#"{"type":"tool-input-end","id":"call_1"}"#),
-        vec![end(at(None, Some("call_1"), None), None, None)]
+        Vec::<ChunkEvent>::new()
     );
+    let events = decode_ok(
+        P,
+        r#"{"type":"tool-call","toolCallId":"call_1","toolName":"weather","input":{"city":"Berlin"},"providerMetadata":{"google":{"thoughtSignature":"sig"}}}"#,
+    );
+    match events.as_slice() {
+        [ChunkEvent::CallEnd(e)] => {
+            assert_eq!(e.at.wire_id.as_deref(), Some("call_1"));
+            assert!(e.metadata.contains_key("providerMetadata"), "{e:?}");
+        }
+        other => panic!("expected one end, got {other:?}"),
+    }
 }
 
 #[test]

@@ -2,8 +2,9 @@
 //! v5) and the UI message stream parts (`toUIMessageStream`), one JSON object with a `type`
 //! per chunk.
 //!
-//! Tool calls: v5 `tool-input-start` / `tool-input-delta` / `tool-input-end` (ids in `id`
-//! or `toolCallId`, text in `delta` or `inputTextDelta`), v4 `tool-call-streaming-start` /
+//! Tool calls: v5 `tool-input-start` / `tool-input-delta` (ids in `id` or `toolCallId`, text
+//! in `delta` or `inputTextDelta`; `tool-input-end` ends only the text, the `tool-call` after
+//! it ends the call and carries its provider metadata), v4 `tool-call-streaming-start` /
 //! `tool-call-delta` (`argsTextDelta`), and the whole call `tool-call` / `tool-input-available`
 //! (`input` or `args`: an object becomes compact JSON text, a string is kept as it is). The
 //! AI SDK gives no index: calls are keyed by wire id only. Results (`tool-result`,
@@ -133,13 +134,10 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                 ..CallFragment::default()
             })
         }
-        "tool-input-end" => {
-            let wire_id = part.wire_id();
-            ChunkEvent::CallEnd(CallEnd {
-                at: by_wire_id(wire_id),
-                ..CallEnd::default()
-            })
-        }
+        // Only the input text ends here: the AI SDK follows with `tool-call` (the parsed
+        // input and provider metadata such as Gemini's `thoughtSignature`) or `tool-error`.
+        // The call ends on `tool-call`, else on the step's `finish`.
+        "tool-input-end" => return Ok(Vec::new()),
         "tool-call" | "tool-input-available" => {
             let wire_id = part.wire_id();
             let metadata = part.metadata();
