@@ -90,6 +90,16 @@ pub struct Relay {
     js: Context,
     prefix: String,
     batch: usize,
+    crash_point: Option<CrashPoint>,
+}
+
+/// A test failpoint: abort the process once this many publishes have been confirmed, after
+/// their PubAcks and before their outbox rows are deleted — the window in which a crash makes
+/// the relay publish the same events again (deduplicated by `Nats-Msg-Id`).
+#[derive(Debug, Clone)]
+struct CrashPoint {
+    after: u64,
+    confirmed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Relay {
@@ -99,7 +109,18 @@ impl Relay {
             js,
             prefix: prefix.to_string(),
             batch: batch.max(1),
+            crash_point: None,
         }
+    }
+
+    /// Test failpoint: abort the process when `after` publishes have been confirmed, before
+    /// their rows are deleted (see the crash tests). `None` disables it.
+    pub fn with_crash_after_confirmed(mut self, after: Option<u64>) -> Relay {
+        self.crash_point = after.map(|after| CrashPoint {
+            after,
+            confirmed: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        });
+        self
     }
 
     /// The subject a row is published to.
@@ -184,6 +205,21 @@ impl Relay {
                         });
                     }
                 }
+            }
+        }
+
+        if let Some(cp) = &self.crash_point {
+            let n = confirmed.len() as u64;
+            let total = cp
+                .confirmed
+                .fetch_add(n, std::sync::atomic::Ordering::SeqCst)
+                + n;
+            if total >= cp.after {
+                tracing::error!(
+                    confirmed = total,
+                    "failpoint: aborting between PubAck and outbox delete"
+                );
+                std::process::abort();
             }
         }
 

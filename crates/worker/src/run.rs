@@ -55,6 +55,20 @@ fn init_tracing(format: LogFormat) {
     };
 }
 
+/// Test-only failpoint for the crash tests: `TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS=N`
+/// aborts the process once N publishes are confirmed, before their outbox rows are deleted.
+fn crash_failpoint() -> Option<u64> {
+    let n = std::env::var("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS")
+        .ok()?
+        .parse()
+        .ok()?;
+    tracing::warn!(
+        after = n,
+        "failpoint armed: the relay aborts the process after {n} PubAcks"
+    );
+    Some(n)
+}
+
 /// Longest wait for each service and the final client flush at exit.
 const FINAL_WAIT: Duration = Duration::from_secs(5);
 
@@ -163,7 +177,8 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let (relay_stop, relay_stop_rx) = shutdown::channel();
     let relay_wake = Arc::new(Notify::new());
     let relay = RelayTask {
-        relay: sink::jetstream::Relay::new(js.clone(), &config.subject_prefix, config.relay.batch),
+        relay: sink::jetstream::Relay::new(js.clone(), &config.subject_prefix, config.relay.batch)
+            .with_crash_after_confirmed(crash_failpoint()),
         store: Arc::clone(&store),
         wake: Arc::clone(&relay_wake),
         metrics: Arc::clone(&metrics),

@@ -122,3 +122,81 @@ async fn sigkill_mid_run_and_restart_loses_nothing_and_duplicates_nothing() {
     // Informational: whether the last kill happened while input was still being published.
     eprintln!("last kill while publishing: {still_publishing_at_last_kill}");
 }
+
+/// The worst crash point for duplicates, hit on purpose: the relay aborts the process after
+/// its PubAcks and before deleting the rows (test failpoint), so the restarted worker publishes
+/// those events again. `Nats-Msg-Id = event_id` must make the stream drop every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_between_puback_and_outbox_delete_republishes_without_duplicates() {
+    let server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let mut worker = Worker::start_with_env(
+        &server.url(),
+        &store,
+        &[],
+        &[("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS", "5")],
+    );
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    wait_provisioned(&js, "toolstream").await;
+    let producer = Producer::new(js.clone());
+    const N: usize = 6;
+    for i in 0..N {
+        for (seq, body) in openai_chat_stream(&calls_of(i)).iter().enumerate() {
+            producer
+                .chunk(
+                    &format!("c{i}"),
+                    &format!("m{i}"),
+                    "openai-chat",
+                    seq as u64,
+                    body,
+                )
+                .await;
+        }
+    }
+    assert_eq!(
+        worker.wait_exit(WAIT),
+        Some(false),
+        "the failpoint aborts the worker:\n{}",
+        tail(&worker.log(), 20)
+    );
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    events.poll().await;
+    let before = events.all.len();
+    assert!(
+        before >= 5,
+        "the aborted worker's publishes were confirmed: {before}"
+    );
+
+    // Same store, no failpoint: the rows still in the outbox are published again.
+    let mut worker = Worker::start(&server.url(), &store, &[]);
+    let expected: usize = (0..N).map(|i| 2 * calls_of(i).len() + 1).sum();
+    events
+        .until(
+            WAIT,
+            "every message.completed after the abort",
+            |all| completed_messages(all) >= N,
+            || worker.log(),
+        )
+        .await;
+    assert!(worker.terminate(), "{}", tail(&worker.log(), 20));
+    events.poll().await;
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &events.all {
+        *counts
+            .entry(e.json()["event_id"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "events published twice: {twice:?}");
+    assert_eq!(events.all.len(), expected);
+    assert!(
+        worker.log().contains("confirmed as duplicates"),
+        "the restarted relay re-published rows the stream already had (the path under test)"
+    );
+    let grouped = by_message(&events.all);
+    for i in 0..N {
+        check_message(&grouped[&(format!("c{i}"), format!("m{i}"))], &calls_of(i))
+            .unwrap_or_else(|e| panic!("m{i}: {e}"));
+    }
+}
