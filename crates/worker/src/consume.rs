@@ -217,6 +217,9 @@ pub struct ConsumeLoop {
     pub relay_wake: Arc<Notify>,
     /// Batch size, expiry, delays.
     pub config: ConsumerConfig,
+    /// Test failpoint: abort the process after this many batch flushes, before the batch is
+    /// acked (the window in which a crash makes the server redeliver applied input).
+    pub abort_after_flushes: Option<u64>,
 }
 
 struct Work {
@@ -423,6 +426,18 @@ impl ConsumeLoop {
             }
         };
         Metrics::add(&self.metrics.batches, 1);
+        if let Some(after) = self.abort_after_flushes {
+            if result.flushed
+                && self
+                    .metrics
+                    .batches
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    >= after
+            {
+                tracing::error!("failpoint: aborting between flush and ack");
+                std::process::abort();
+            }
+        }
         self.metrics.batch_apply.observe(result.apply_time);
         self.metrics.batch_flush.observe(result.flush_time);
 

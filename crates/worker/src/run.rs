@@ -55,16 +55,16 @@ fn init_tracing(format: LogFormat) {
     };
 }
 
-/// Test-only failpoint for the crash tests: `TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS=N`
-/// aborts the process once N publishes are confirmed, before their outbox rows are deleted.
-fn crash_failpoint() -> Option<u64> {
-    let n = std::env::var("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS")
-        .ok()?
-        .parse()
-        .ok()?;
+/// Test-only failpoints for the crash tests, off unless set:
+/// `TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS=N` aborts the process once N publishes are
+/// confirmed, before their outbox rows are deleted; `TOOLSTREAM_FAILPOINT_ABORT_AFTER_FLUSHES=N`
+/// aborts after the N-th batch flush, before the batch is acked.
+fn failpoint(var: &str) -> Option<u64> {
+    let n = std::env::var(var).ok()?.parse().ok()?;
     tracing::warn!(
+        failpoint = var,
         after = n,
-        "failpoint armed: the relay aborts the process after {n} PubAcks"
+        "failpoint armed: the process will abort"
     );
     Some(n)
 }
@@ -178,7 +178,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let relay_wake = Arc::new(Notify::new());
     let relay = RelayTask {
         relay: sink::jetstream::Relay::new(js.clone(), &config.subject_prefix, config.relay.batch)
-            .with_crash_after_confirmed(crash_failpoint()),
+            .with_crash_after_confirmed(failpoint("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS")),
         store: Arc::clone(&store),
         wake: Arc::clone(&relay_wake),
         metrics: Arc::clone(&metrics),
@@ -221,6 +221,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         metrics: Arc::clone(&metrics),
         relay_wake: Arc::clone(&relay_wake),
         config: config.consumer.clone(),
+        abort_after_flushes: failpoint("TOOLSTREAM_FAILPOINT_ABORT_AFTER_FLUSHES"),
     };
     let consume_handle = tokio::spawn(consume.run(consumers, shutdown.clone()));
 

@@ -200,3 +200,89 @@ async fn abort_between_puback_and_outbox_delete_republishes_without_duplicates()
             .unwrap_or_else(|e| panic!("m{i}: {e}"));
     }
 }
+
+/// The window for applying input twice, hit on purpose: the worker aborts after a batch is
+/// flushed and before it is acked (test failpoint), so the server redelivers input the store
+/// already holds. The store must recognize every redelivery (counted as duplicates) and the
+/// arguments stay byte-exact (a fragment applied twice would change them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_between_flush_and_ack_applies_no_input_twice() {
+    let server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    const N: usize = 6;
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    // input first, so the aborting worker's first batches carry real chunks
+    let mut first = Worker::start(&server.url(), &store, &["--batch-size", "8"]);
+    wait_provisioned(&js, "toolstream").await;
+    assert!(first.terminate());
+    let producer = Producer::new(js.clone());
+    for i in 0..N {
+        for (seq, body) in openai_chat_stream(&calls_of(i)).iter().enumerate() {
+            producer
+                .chunk(
+                    &format!("c{i}"),
+                    &format!("m{i}"),
+                    "openai-chat",
+                    seq as u64,
+                    body,
+                )
+                .await;
+        }
+    }
+    let mut worker = Worker::start_with_env(
+        &server.url(),
+        &store,
+        &["--batch-size", "8"],
+        &[("TOOLSTREAM_FAILPOINT_ABORT_AFTER_FLUSHES", "3")],
+    );
+    assert_eq!(
+        worker.wait_exit(WAIT),
+        Some(false),
+        "the failpoint aborts the worker:\n{}",
+        tail(&worker.log(), 20)
+    );
+
+    // The unacked batch comes back after ack_wait (4s in the harness) to the restarted worker.
+    let mut worker = Worker::start(&server.url(), &store, &["--batch-size", "8"]);
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    events
+        .until(
+            WAIT,
+            "every message.completed after the abort",
+            |all| completed_messages(all) >= N,
+            || worker.log(),
+        )
+        .await;
+    // the redelivered batch is settled once the consumer has nothing pending
+    let stream = js.get_stream("TOOLSTREAM_IN").await.unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let info = stream.consumer_info("toolstream").await.unwrap();
+        if info.num_ack_pending == 0 && info.num_pending == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "input never settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = worker.metrics();
+    assert!(worker.terminate());
+    let duplicates: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("toolstream_duplicates_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(
+        duplicates >= 1,
+        "redelivered, already-applied input was recognized as duplicate ({duplicates})"
+    );
+
+    events.poll().await;
+    let expected: usize = (0..N).map(|i| 2 * calls_of(i).len() + 1).sum();
+    assert_eq!(events.all.len(), expected, "no event lost, none extra");
+    let grouped = by_message(&events.all);
+    for i in 0..N {
+        check_message(&grouped[&(format!("c{i}"), format!("m{i}"))], &calls_of(i))
+            .unwrap_or_else(|e| panic!("m{i}: {e}"));
+    }
+}
