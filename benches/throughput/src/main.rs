@@ -120,7 +120,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     worker.wait_healthy(Duration::from_secs(30)).await?;
 
     let client = async_nats::connect(server.url()).await.context("connect")?;
-    let js = async_nats::jetstream::new(client.clone());
+    // The context's PubAck semaphore (5,000 by default) must hold every producer's window, or
+    // producers blocked on a permit starve the acks another producer has not polled yet.
+    let js = async_nats::jetstream::ContextBuilder::new()
+        .max_ack_inflight(args.conversations * args.in_flight.max(1) + 64)
+        .build(client.clone());
     // Provisioning is done once the input stream exists.
     let deadline = Instant::now() + Duration::from_secs(30);
     while js.get_stream("TOOLSTREAM_IN").await.is_err() {
@@ -226,10 +230,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut finish_times = FinishTimes::new();
     let mut publish_errors = Vec::new();
     for p in producers {
-        match p.await {
-            Ok(Ok(times)) => finish_times.extend(times),
-            Ok(Err(e)) => publish_errors.push(format!("{e:#}")),
-            Err(e) => publish_errors.push(e.to_string()),
+        match tokio::time::timeout_at(hard_deadline, p).await {
+            Ok(Ok(Ok(times))) => finish_times.extend(times),
+            Ok(Ok(Err(e))) => publish_errors.push(format!("{e:#}")),
+            Ok(Err(e)) => publish_errors.push(e.to_string()),
+            Err(_) => publish_errors.push("publishing did not finish in time".to_string()),
         }
     }
     let published_at = t0.elapsed();
