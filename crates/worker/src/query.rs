@@ -41,8 +41,6 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// `<subject_prefix>.p.<partition>` when the server maps queries onto partitions
 /// (deploy/nats-server.conf), so each query reaches the one worker whose store holds the
 /// conversation.
-// Used by run.rs when partitioned; until it is wired there, only the tests call it.
-#[allow(dead_code)]
 pub fn query_prefix(subject_prefix: &str, partitions: u32, partition: u32) -> String {
     if partitions > 1 {
         format!("{subject_prefix}.p.{partition}")
