@@ -83,15 +83,29 @@ async fn report_early_exit(
     }
 }
 
-/// Provisions, retrying transient failures (server not up yet) until shutdown.
+/// Provisions, retrying transient failures until shutdown. While the client is not connected
+/// it waits for the connection instead of sending requests that can only time out.
 async fn provision_until_ready(
+    client: &async_nats::Client,
     js: &jetstream::Context,
     config: &Config,
     subjects: &Subjects,
     shutdown: &mut Shutdown,
 ) -> anyhow::Result<Option<Vec<jetstream::consumer::PullConsumer>>> {
     let mut backoff = Duration::from_millis(100);
+    let mut said_waiting = false;
     loop {
+        if client.connection_state() != async_nats::connection::State::Connected {
+            if !said_waiting {
+                tracing::warn!(url = %config.nats_url, "waiting for the NATS server");
+                said_waiting = true;
+            }
+            tokio::select! {
+                _ = shutdown.wait() => return Ok(None),
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+            continue;
+        }
         let attempt = tokio::select! {
             _ = shutdown.wait() => return Ok(None),
             attempt = provision::provision(js, config, subjects) => attempt,
@@ -107,7 +121,7 @@ async fn provision_until_ready(
             _ = shutdown.wait() => return Ok(None),
             _ = tokio::time::sleep(backoff) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 
@@ -157,7 +171,8 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let js = jetstream::new(client.clone());
     tracing::info!(url = %config.nats_url, "NATS client started");
 
-    let Some(consumers) = provision_until_ready(&js, &config, &subjects, &mut shutdown).await?
+    let Some(consumers) =
+        provision_until_ready(&client, &js, &config, &subjects, &mut shutdown).await?
     else {
         tracing::info!("shutdown before provisioning finished");
         return Ok(ExitCode::SUCCESS);

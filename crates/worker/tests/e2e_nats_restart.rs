@@ -113,3 +113,42 @@ async fn server_killed_and_restarted_under_load_every_stream_still_completes() {
         "the worker process was never restarted: it reconnected"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_before_its_server_connects_once_the_server_is_up() {
+    let mut server = NatsServer::start().expect("nats-server");
+    server.kill();
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
+    // it retries (and says so) while nothing listens
+    let deadline = std::time::Instant::now() + WAIT;
+    while !worker.log().contains("waiting for the NATS server") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no retry logged:\n{}",
+            worker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(worker.is_running());
+    server.restart().expect("server starts on the same port");
+    worker.wait_ready();
+
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    let producer = Producer::new(js.clone());
+    for (seq, body) in openai_chat_stream(&calls_of(1)).iter().enumerate() {
+        producer
+            .chunk("late", "m1", "openai-chat", seq as u64, body)
+            .await;
+    }
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    events
+        .until(
+            WAIT,
+            "the stream completes",
+            |all| completed_messages(all) == 1,
+            || worker.log(),
+        )
+        .await;
+    assert!(worker.terminate());
+}
