@@ -268,10 +268,16 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         }
     }
     health.set_store_open(false);
-    match tokio::time::timeout(FINAL_WAIT, client.flush()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "final client flush failed"),
-        Err(_) => tracing::warn!("final client flush timed out (not connected?)"),
+    if client.connection_state() != async_nats::connection::State::Connected {
+        tracing::warn!(
+            "not connected at exit: unsent acks mean redeliveries, which the store recognizes"
+        );
+    } else {
+        match tokio::time::timeout(FINAL_WAIT, client.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "final client flush failed"),
+            Err(_) => tracing::warn!("final client flush timed out (not connected?)"),
+        }
     }
     tracing::info!(?drained, "stopped");
     if consume_result.is_err() {
