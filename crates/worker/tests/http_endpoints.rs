@@ -22,7 +22,7 @@ async fn metrics_counters_move_with_real_traffic() {
 
     let client = common::client(&server.url()).await;
     let js = async_nats::jetstream::new(client.clone());
-    common::wait_provisioned(&js, "toolstream").await;
+    ops_support::wait_provisioned(&js, 1).await;
     let producer = Producer::new(js.clone());
     let calls = vec![
         Call {

@@ -91,7 +91,7 @@ async fn query_message_after_completion_equals_what_the_events_said() {
     worker.wait_status("/healthz", 200).await;
     let client = common::client(&server.url()).await;
     let js = async_nats::jetstream::new(client.clone());
-    common::wait_provisioned(&js, "toolstream").await;
+    ops_support::wait_provisioned(&js, 1).await;
     let producer = Producer::new(js.clone());
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
     stream_conversation(&producer, &mut events, &worker, "refresh1").await;
@@ -151,7 +151,7 @@ async fn query_history_is_provider_valid_with_truncated_results_and_no_orphans()
     worker.wait_status("/healthz", 200).await;
     let client = common::client(&server.url()).await;
     let js = async_nats::jetstream::new(client.clone());
-    common::wait_provisioned(&js, "toolstream").await;
+    ops_support::wait_provisioned(&js, 1).await;
     let producer = Producer::new(js.clone());
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
     let (m1, m2, _long) = stream_conversation(&producer, &mut events, &worker, "hist1").await;

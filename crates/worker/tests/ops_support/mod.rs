@@ -21,6 +21,11 @@ pub struct OpsWorker {
 impl OpsWorker {
     /// Starts the worker on `url` with its store in `data_dir` and quick test timings.
     pub fn start(url: &str, data_dir: &Path) -> OpsWorker {
+        OpsWorker::start_with(url, data_dir, &[])
+    }
+
+    /// [`OpsWorker::start`] with extra `toolstream run` flags.
+    pub fn start_with(url: &str, data_dir: &Path, extra: &[&str]) -> OpsWorker {
         let metrics_port = toolstream_testkit::free_port();
         let log_path = data_dir.with_extension("log");
         let log = std::fs::File::create(&log_path).expect("worker log");
@@ -32,6 +37,7 @@ impl OpsWorker {
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
             .args(["--fetch-expiry", "1s", "--tick-interval", "200ms"])
             .args(["--relay-interval", "200ms"])
+            .args(extra)
             .env("RUST_LOG", "info")
             .env_remove("TOOLSTREAM_CONFIG")
             .stdin(Stdio::null())
@@ -174,4 +180,26 @@ pub async fn query(
             String::from_utf8_lossy(&reply.payload)
         )
     }))
+}
+
+/// Waits until the input and events streams exist and the input stream has at least
+/// `consumers` consumers (the worker's durable consumers), whatever they are named.
+pub async fn wait_provisioned(js: &async_nats::jetstream::Context, consumers: usize) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if js.get_stream("TOOLSTREAM_EVENTS").await.is_ok() {
+            if let Ok(mut input) = js.get_stream("TOOLSTREAM_IN").await {
+                if let Ok(info) = input.info().await {
+                    if info.state.consumer_count >= consumers {
+                        return;
+                    }
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "worker did not provision JetStream in time"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
