@@ -172,7 +172,8 @@ fn dockerfile_copies_existing_paths_and_builds_the_real_binary() {
     let package = get(&worker, "package.name").as_str().expect("name");
     assert!(run.1.contains(&format!("-p {package} ")), "{}", run.1);
     assert!(run.1.contains("--bin toolstream"), "{}", run.1);
-    // The toolchain image is at least the workspace's rust-version.
+    // The toolchain image builds the workspace and every locked dependency: at least the
+    // highest rust-version declared anywhere in the resolved graph.
     let image = &instructions[0].1;
     let tag = image
         .split_whitespace()
@@ -180,13 +181,31 @@ fn dockerfile_copies_existing_paths_and_builds_the_real_binary() {
         .and_then(|i| i.strip_prefix("rust:"))
         .and_then(|t| t.split('-').next())
         .expect("FROM rust:<version>-...");
-    let msrv = get(&root, "workspace.package.rust-version")
-        .as_str()
-        .expect("rust-version");
     let parse = |v: &str| -> Vec<u32> { v.split('.').map(|p| p.parse().unwrap()).collect() };
+    let metadata = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .current_dir(repo())
+        .output()
+        .expect("cargo metadata");
     assert!(
-        parse(tag) >= parse(msrv),
-        "image rust {tag} < rust-version {msrv}"
+        metadata.status.success(),
+        "{}",
+        String::from_utf8_lossy(&metadata.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&metadata.stdout).expect("metadata");
+    let (need, who) = meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter_map(|p| {
+            let v = p["rust_version"].as_str()?;
+            Some((parse(v), format!("{} {}", p["name"], p["version"])))
+        })
+        .max()
+        .expect("some rust-version");
+    assert!(
+        parse(tag) >= need,
+        "image rust {tag} is older than {need:?} required by {who}"
     );
 }
 
