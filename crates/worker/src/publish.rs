@@ -3,7 +3,7 @@
 //! contract"): one message per chunk body, byte for byte, on `<prefix>.chunks.<conv>.<msg>` with
 //! `Toolstream-Provider`, `Toolstream-Seq` (0-based) and `Nats-Msg-Id = <msg>:<seq>`, each
 //! confirmed by a PubAck. With `--results`, each frame is a tool-result message for
-//! `<prefix>.results.<conv>.<msg>` (ids `<msg>:result:<seq>`, so they never collide with the
+//! `<prefix>.results.<conv>.<msg>` (ids `<msg>:r<seq>`, so they never collide with the
 //! message's chunk ids in the shared input stream's duplicate window).
 //!
 //! Used by the quickstart, the tests and for manual debugging.
@@ -146,7 +146,7 @@ async fn run(args: &PublishArgs, subject: &str) -> anyhow::Result<Published> {
     let js = async_nats::jetstream::new(client.clone());
 
     let mut messages: Vec<(async_nats::HeaderMap, Bytes)> = Vec::with_capacity(frames.len() + 1);
-    let id_kind = if args.results { ":result:" } else { ":" };
+    let id_kind = if args.results { ":r" } else { ":" };
     for (seq, body) in frames.into_iter().enumerate() {
         let mut headers = headers(provider, seq as u64);
         headers.insert(
