@@ -18,6 +18,7 @@
 #   QUICKSTART_RECORDING   the recorded stream (default tests/recordings/openai-chat/parallel_calls.sse)
 #   QUICKSTART_PROFILE     cargo profile, debug or release (default debug: builds faster)
 #   QUICKSTART_TIMEOUT     seconds to wait for the events (default 60)
+#   QUICKSTART_BIN         use this toolstream binary instead of building one
 #
 # On a reused server this creates (or reuses) the default streams TOOLSTREAM_IN,
 # TOOLSTREAM_EVENTS, TOOLSTREAM_DLQ and the durable consumer `toolstream`, and uses a fresh
@@ -162,13 +163,19 @@ NATS_URL="nats://127.0.0.1:$PORT"
 
 # --- 3. build and start the worker ------------------------------------------------------------
 
-step "building toolstream ($PROFILE)"
-command -v cargo >/dev/null 2>&1 || die "cargo is missing: install a Rust toolchain (https://rustup.rs) and re-run"
-BUILD_FLAGS=(-p toolstream --bin toolstream)
-[ "$PROFILE" = release ] && BUILD_FLAGS+=(--release)
-cargo build -q "${BUILD_FLAGS[@]}" || die "cargo build failed"
-BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE/toolstream"
-[ -x "$BIN" ] || die "built binary not found at $BIN"
+if [ -n "${QUICKSTART_BIN:-}" ]; then
+  BIN="$QUICKSTART_BIN"
+  [ -x "$BIN" ] || die "QUICKSTART_BIN=$BIN is not an executable"
+  step "using the toolstream binary $BIN"
+else
+  step "building toolstream ($PROFILE)"
+  command -v cargo >/dev/null 2>&1 || die "cargo is missing: install a Rust toolchain (https://rustup.rs) and re-run"
+  BUILD_FLAGS=(-p toolstream --bin toolstream)
+  [ "$PROFILE" = release ] && BUILD_FLAGS+=(--release)
+  cargo build -q "${BUILD_FLAGS[@]}" || die "cargo build failed"
+  BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE/toolstream"
+  [ -x "$BIN" ] || die "built binary not found at $BIN"
+fi
 
 [ -f "$RECORDING" ] || die "recording $RECORDING not found"
 EXPECTED="$("$BIN" replay "$RECORDING" | wc -l | tr -d ' ')" || die "toolstream replay $RECORDING failed"

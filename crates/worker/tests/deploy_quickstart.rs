@@ -19,13 +19,19 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/quickstart.sh")
 }
 
-fn run_quickstart(port: u16) -> Output {
-    Command::new("bash")
-        .arg(script())
+/// Runs the script; `build` makes it build the binary with cargo as on a fresh checkout,
+/// otherwise it is handed the binary under test (`QUICKSTART_BIN`).
+fn run_quickstart(port: u16, build: bool) -> Output {
+    let mut cmd = Command::new("bash");
+    cmd.arg(script())
         .env("QUICKSTART_NATS_PORT", port.to_string())
-        .env("QUICKSTART_TIMEOUT", "60")
-        .output()
-        .expect("run scripts/quickstart.sh")
+        .env("QUICKSTART_TIMEOUT", "60");
+    if build {
+        cmd.env_remove("QUICKSTART_BIN");
+    } else {
+        cmd.env("QUICKSTART_BIN", env!("CARGO_BIN_EXE_toolstream"));
+    }
+    cmd.output().expect("run scripts/quickstart.sh")
 }
 
 /// The event lines it printed, as JSON.
@@ -69,7 +75,7 @@ fn listening(port: u16) -> bool {
 fn quickstart_starts_its_own_server_shows_the_events_and_stops_it() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let port = free_port();
-    let out = run_quickstart(port);
+    let out = run_quickstart(port, true);
     assert_sample_events(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!(
@@ -89,7 +95,7 @@ fn quickstart_starts_its_own_server_shows_the_events_and_stops_it() {
 fn quickstart_reuses_a_running_jetstream_server_and_leaves_it_running() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let server = NatsServer::start().expect("nats-server");
-    let out = run_quickstart(server.port());
+    let out = run_quickstart(server.port(), false);
     assert_sample_events(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -111,7 +117,7 @@ fn quickstart_works_around_a_port_taken_by_something_else() {
     // Something that is not a NATS server holds the port.
     let squatter = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = squatter.local_addr().expect("addr").port();
-    let out = run_quickstart(port);
+    let out = run_quickstart(port, false);
     assert_sample_events(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -127,6 +133,7 @@ fn quickstart_fails_loudly_when_the_recording_is_missing() {
         .arg(script())
         .env("QUICKSTART_NATS_PORT", free_port().to_string())
         .env("QUICKSTART_RECORDING", "tests/recordings/nope.sse")
+        .env("QUICKSTART_BIN", env!("CARGO_BIN_EXE_toolstream"))
         .output()
         .expect("run scripts/quickstart.sh");
     assert!(!out.status.success());
