@@ -1,10 +1,12 @@
 //! `toolstream publish`: sends a recorded provider stream (SSE, NDJSON or a JSON array, split by
 //! `chunk_model::framing`) to JetStream the way a producer should (design.md, "Input
 //! contract"): one message per chunk body, byte for byte, on `<prefix>.chunks.<conv>.<msg>` with
-//! `Toolstream-Provider`, `Toolstream-Seq` (0-based) and `Nats-Msg-Id = <msg>:<seq>`, each
-//! confirmed by a PubAck. With `--results`, each frame is a tool-result message for
-//! `<prefix>.results.<conv>.<msg>` (ids `<msg>:r<seq>`, so they never collide with the
-//! message's chunk ids in the shared input stream's duplicate window).
+//! `Toolstream-Provider`, `Toolstream-Seq` (0-based) and `Nats-Msg-Id = <conv>:<msg>:<seq>`,
+//! each confirmed by a PubAck. With `--results`, each frame is a tool-result message for
+//! `<prefix>.results.<conv>.<msg>` (ids `<conv>:<msg>:r<seq>`, so they never collide with the
+//! message's chunk ids in the shared input stream's duplicate window). The conversation is in
+//! the id because message ids are only unique within a conversation: design.md's
+//! `<msg>:<seq>` made the server drop a second conversation's `m1` chunks as duplicates.
 //!
 //! Used by the quickstart, the tests and for manual debugging.
 
@@ -151,7 +153,7 @@ async fn run(args: &PublishArgs, subject: &str) -> anyhow::Result<Published> {
         let mut headers = headers(provider, seq as u64);
         headers.insert(
             "Nats-Msg-Id",
-            format!("{}{id_kind}{seq}", args.message).as_str(),
+            format!("{}:{}{id_kind}{seq}", args.conversation, args.message).as_str(),
         );
         messages.push((headers, Bytes::from(body)));
     }
@@ -161,7 +163,7 @@ async fn run(args: &PublishArgs, subject: &str) -> anyhow::Result<Published> {
         headers.insert("Toolstream-Control", "end");
         headers.insert(
             "Nats-Msg-Id",
-            format!("{}{id_kind}{seq}", args.message).as_str(),
+            format!("{}:{}{id_kind}{seq}", args.conversation, args.message).as_str(),
         );
         messages.push((headers, Bytes::new()));
     }

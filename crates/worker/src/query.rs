@@ -272,16 +272,6 @@ fn parse_history_subject(prefix: &str, subject: &str) -> Result<String, QueryErr
     Ok(conv.to_string())
 }
 
-/// The fields a history request may carry; anything else is refused so a misspelt option
-/// (`max_results_chars`) does not silently fall back to its default.
-const HISTORY_FIELDS: [&str; 5] = [
-    "target",
-    "max_result_chars",
-    "strict_text",
-    "window",
-    "placeholder",
-];
-
 /// Parses a history request body: empty = defaults with target `openai-chat`; `target` may
 /// be omitted too.
 fn parse_history_body(body: &[u8]) -> Result<HistoryRequest, QueryError> {
@@ -296,13 +286,15 @@ fn parse_history_body(body: &[u8]) -> Result<HistoryRequest, QueryError> {
     let object = value
         .as_object_mut()
         .ok_or_else(|| QueryError::BadBody("expected a JSON object".to_string()))?;
+    // Anything else is refused, so a misspelt option (`max_results_chars`) does not silently
+    // fall back to its default.
     if let Some(unknown) = object
         .keys()
-        .find(|k| !HISTORY_FIELDS.contains(&k.as_str()))
+        .find(|k| !HistoryRequest::FIELDS.contains(&k.as_str()))
     {
         return Err(QueryError::BadBody(format!(
             "unknown field {unknown:?} (expected one of: {})",
-            HISTORY_FIELDS.join(", ")
+            HistoryRequest::FIELDS.join(", ")
         )));
     }
     object
