@@ -8,14 +8,22 @@
 //! between PubAck and delete). A row is never deleted before its PubAck, so a crash anywhere
 //! loses nothing, and the stream's duplicate window keeps a re-publish from showing twice.
 //!
+//! A row the server can never take (larger than its `max_payload`, e.g. a call with megabytes
+//! of arguments, which an event carries twice) would block every row behind it forever; it is
+//! replaced by a small dead letter on `<prefix>.dlq.<conv>.<msg>` (reason `event_too_large`,
+//! naming the event id and size) and deleted once that is confirmed.
+//!
 //! The loop around rounds (wake-ups, backoff, shutdown) lives in the worker.
 
 use assembler::{OutboxEntry, OutboxKind, StoreError};
-use async_nats::jetstream::context::{PublishAckFuture, PublishError};
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
 use std::sync::Arc;
+
+/// Dead-letter header naming why (the same header the store's dead letters carry).
+pub const HEADER_REASON: &str = "Toolstream-Reason";
 
 /// What the relay needs from the store: the oldest rows, and deleting rows. Blocking calls;
 /// the relay runs them on the blocking pool.
@@ -78,10 +86,21 @@ pub struct Round {
     pub dead_letters: usize,
     /// Of those, PubAcks marked `duplicate` (already in the stream).
     pub duplicates: usize,
+    /// Rows larger than the server's `max_payload`, replaced by a dead letter saying so.
+    pub too_large: usize,
     /// The peek was full: more rows are probably waiting.
     pub more: bool,
     /// Why the round stopped early, if it did. Confirmed rows were still deleted.
     pub error: Option<RelayError>,
+}
+
+/// How a row went out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// As stored.
+    AsIs,
+    /// Replaced by a dead letter: the row is larger than the server's `max_payload`.
+    Replaced,
 }
 
 /// Publishes outbox rows to JetStream.
@@ -135,6 +154,38 @@ impl Relay {
         )
     }
 
+    /// The dead letter that replaces a row too large to publish: on
+    /// `<prefix>.dlq.<conv>.<msg>`, reason `event_too_large`, the row's headers, and a small
+    /// JSON body naming the row (`event_id`, kind, size) instead of the row itself.
+    fn too_large(&self, row: &OutboxEntry, error: &PublishError) -> (String, PublishMessage) {
+        let subject = format!(
+            "{}.dlq.{}.{}",
+            self.prefix, row.conversation_id, row.message_id
+        );
+        let mut headers = HeaderMap::new();
+        for (name, value) in &row.headers {
+            headers.insert(name.as_str(), value.as_str());
+        }
+        headers.insert(HEADER_REASON, format!("event_too_large: {error}").as_str());
+        let kind = match row.kind {
+            OutboxKind::Event => "event",
+            OutboxKind::DeadLetter => "dead_letter",
+        };
+        let body = serde_json::json!({
+            "reason": "event_too_large",
+            "kind": kind,
+            "event_id": row.msg_id,
+            "conversation_id": row.conversation_id,
+            "message_id": row.message_id,
+            "size": row.payload.len(),
+        });
+        let publish = PublishMessage::build()
+            .headers(headers)
+            .message_id(format!("too_large:{}", row.msg_id))
+            .payload(body.to_string().into_bytes().into());
+        (subject, publish)
+    }
+
     /// Runs one round against `outbox` (see the module docs).
     pub async fn round<O: Outbox>(&self, outbox: &Arc<O>) -> Round {
         let mut round = Round::default();
@@ -159,8 +210,10 @@ impl Relay {
         }
         round.more = rows.len() >= limit;
 
-        // Send everything first (pipelined), stop at the first send error.
-        let mut pending: Vec<(&OutboxEntry, String, PublishAckFuture)> =
+        // Send everything first (pipelined), stop at the first send error. A row the server can
+        // never take (larger than its max_payload) is replaced by a dead letter saying so, so
+        // it cannot block the outbox forever.
+        let mut pending: Vec<(&OutboxEntry, String, PublishAckFuture, Sent)> =
             Vec::with_capacity(rows.len());
         for row in &rows {
             let subject = self.subject(row);
@@ -173,7 +226,27 @@ impl Relay {
                 .message_id(&row.msg_id)
                 .payload(row.payload.clone().into());
             match self.js.send_publish(subject.clone(), publish).await {
-                Ok(ack) => pending.push((row, subject, ack)),
+                Ok(ack) => pending.push((row, subject, ack, Sent::AsIs)),
+                Err(source) if source.kind() == PublishErrorKind::MaxPayloadExceeded => {
+                    let (dlq_subject, replacement) = self.too_large(row, &source);
+                    tracing::error!(
+                        %subject,
+                        msg_id = %row.msg_id,
+                        size = row.payload.len(),
+                        error = %source,
+                        "outbox row larger than the server's max_payload; dead-lettering it"
+                    );
+                    match self.js.send_publish(dlq_subject.clone(), replacement).await {
+                        Ok(ack) => pending.push((row, dlq_subject, ack, Sent::Replaced)),
+                        Err(source) => {
+                            round.error = Some(RelayError::Send {
+                                subject: dlq_subject,
+                                source,
+                            });
+                            break;
+                        }
+                    }
+                }
                 Err(source) => {
                     round.error = Some(RelayError::Send { subject, source });
                     break;
@@ -183,15 +256,16 @@ impl Relay {
 
         // Await every PubAck in order; keep the keys of the confirmed rows.
         let mut confirmed = Vec::with_capacity(pending.len());
-        for (row, subject, ack) in pending {
+        for (row, subject, ack, sent) in pending {
             match ack.await {
                 Ok(ack) => {
                     if ack.duplicate {
                         round.duplicates += 1;
                     }
-                    match row.kind {
-                        OutboxKind::Event => round.events += 1,
-                        OutboxKind::DeadLetter => round.dead_letters += 1,
+                    match (sent, row.kind) {
+                        (Sent::Replaced, _) => round.too_large += 1,
+                        (Sent::AsIs, OutboxKind::Event) => round.events += 1,
+                        (Sent::AsIs, OutboxKind::DeadLetter) => round.dead_letters += 1,
                     }
                     confirmed.push(row.key);
                 }

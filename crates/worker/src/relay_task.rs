@@ -43,6 +43,8 @@ pub enum Drained {
 impl RelayTask {
     fn account(&self, round: &Round) {
         Metrics::add(&self.metrics.events_out, round.events as u64);
+        // rows too large for the server went to the DLQ in their place
+        Metrics::add(&self.metrics.dead_letters, round.too_large as u64);
         if let Some(e) = &round.error {
             Metrics::add(&self.metrics.publish_errors, 1);
             tracing::warn!(error = %e, "relay round failed; backing off");

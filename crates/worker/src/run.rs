@@ -69,6 +69,28 @@ fn failpoint(var: &str) -> Option<u64> {
     Some(n)
 }
 
+/// An event carries a call's arguments twice (raw and parsed): with the server's `max_payload`
+/// below that, the biggest calls' events cannot be published and go to the DLQ
+/// (`event_too_large`). Says so once at start.
+fn warn_if_events_can_outgrow_max_payload(client: &async_nats::Client, config: &Config) {
+    let max_payload = client.server_info().max_payload;
+    let needed = config
+        .assembler
+        .max_argument_bytes
+        .saturating_mul(2)
+        .saturating_add(64 * 1024);
+    if max_payload > 0 && max_payload < needed {
+        tracing::warn!(
+            max_payload,
+            max_argument_bytes = config.assembler.max_argument_bytes,
+            "the server's max_payload is below what an event of a call with max_argument_bytes \
+             of arguments needs (about twice that); such events go to the DLQ as \
+             event_too_large. Raise max_payload (deploy/nats-server.conf) or lower \
+             assembler.max_argument_bytes"
+        );
+    }
+}
+
 /// Longest wait for each service and the final client flush at exit.
 const FINAL_WAIT: Duration = Duration::from_secs(5);
 
@@ -187,6 +209,8 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>(),
         "JetStream ready"
     );
+
+    warn_if_events_can_outgrow_max_payload(&client, &config);
 
     // The relay stops on its own signal, given only after the last batch is durable.
     let (relay_stop, relay_stop_rx) = shutdown::channel();

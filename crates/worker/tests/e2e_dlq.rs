@@ -177,3 +177,92 @@ async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
         check_message(evs, &good_calls(i)).unwrap_or_else(|e| panic!("g{i}: {e}\n{evs:#?}"));
     }
 }
+
+/// An event the server cannot take (larger than `max_payload`: here a call with 1.2 MiB of
+/// arguments, which the event carries twice, raw and parsed) must not block the outbox: it is
+/// replaced by a dead letter saying so, and the streams behind it complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_larger_than_max_payload_is_dead_lettered_and_blocks_nothing() {
+    let server = NatsServer::start().expect("nats-server"); // max_payload 1 MiB
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    wait_provisioned(&js, "toolstream").await;
+    let producer = Producer::new(js.clone());
+
+    // 1.2 MiB of arguments in 100 KiB fragments (each chunk fits, the events do not)
+    let big = Call {
+        id: "call_big".to_string(),
+        name: "upload".to_string(),
+        args: json!({"data": "z".repeat(1_200_000)}),
+    };
+    let text = big.args.to_string();
+    let mut chunks = openai_chat_stream(&[Call {
+        args: json!({}),
+        ..big.clone()
+    }]);
+    // replace the tiny fragments of `{}` with big ones
+    let fin = chunks.split_off(chunks.len() - 2);
+    chunks.truncate(2);
+    for piece in text.as_bytes().chunks(100 * 1024) {
+        let frag = json!({"id":"chatcmpl-t","object":"chat.completion.chunk","model":"gpt-4o",
+            "choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{
+                "arguments": std::str::from_utf8(piece).unwrap()}}]},"finish_reason":null}]});
+        chunks.push(frag.to_string().into_bytes());
+    }
+    chunks.extend(fin);
+    for (seq, body) in chunks.iter().enumerate() {
+        producer
+            .chunk("cbig", "mbig", "openai-chat", seq as u64, body)
+            .await;
+    }
+    // a normal stream behind it
+    for (seq, body) in openai_chat_stream(&good_calls(0)).iter().enumerate() {
+        producer
+            .chunk("g0", "gm0", "openai-chat", seq as u64, body)
+            .await;
+    }
+
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    events
+        .until(
+            WAIT,
+            "the stream behind the oversized event completes",
+            |all| {
+                by_message(all)
+                    .get(&("g0".to_string(), "gm0".to_string()))
+                    .is_some_and(|evs| evs.iter().any(|e| e["type"] == "message.completed"))
+            },
+            || worker.log(),
+        )
+        .await;
+    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
+    dlq.until(
+        WAIT,
+        "a dead letter for the oversized event",
+        |all| all.iter().any(|r| r.subject == "toolstream.dlq.cbig.mbig"),
+        || worker.log(),
+    )
+    .await;
+    assert!(worker.terminate());
+    let dead = dlq
+        .all
+        .iter()
+        .find(|r| r.subject == "toolstream.dlq.cbig.mbig")
+        .unwrap();
+    let reason = dead.header("Toolstream-Reason").unwrap_or_default();
+    assert!(reason.starts_with("event_too_large"), "reason: {reason}");
+    let v = dead.json();
+    assert_eq!(v["conversation_id"], "cbig");
+    assert!(
+        v["event_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("ev_")),
+        "{v}"
+    );
+    assert!(v["size"].as_u64().is_some_and(|n| n > 1_048_576), "{v}");
+    assert!(
+        worker.log().contains("max_payload is below"),
+        "the mismatch of max_payload and max_argument_bytes was announced at start"
+    );
+}
