@@ -20,6 +20,7 @@ use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErro
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
+use std::future::IntoFuture;
 use std::sync::Arc;
 
 /// Dead-letter header naming why (the same header the store's dead letters carry).
@@ -254,10 +255,17 @@ impl Relay {
             }
         }
 
-        // Await every PubAck in order; keep the keys of the confirmed rows.
-        let mut confirmed = Vec::with_capacity(pending.len());
-        for (row, subject, ack, sent) in pending {
-            match ack.await {
+        // Await every PubAck at once (each has its own timeout: awaited one after the other, a
+        // round of acks lost in an outage would take rows x timeout), then go through them in
+        // order; keep the keys of the confirmed rows.
+        let (meta, acks): (Vec<_>, Vec<_>) = pending
+            .into_iter()
+            .map(|(row, subject, ack, sent)| ((row, subject, sent), ack.into_future()))
+            .unzip();
+        let results = futures::future::join_all(acks).await;
+        let mut confirmed = Vec::with_capacity(results.len());
+        for ((row, subject, sent), result) in meta.into_iter().zip(results) {
+            match result {
                 Ok(ack) => {
                     if ack.duplicate {
                         round.duplicates += 1;

@@ -65,7 +65,12 @@ impl RelayTask {
             if stop.is_triggered() {
                 break;
             }
-            let round = self.relay.round(&self.store).await;
+            // A round cut short by the stop signal is safe: rows are deleted only after their
+            // PubAck, and whatever it published is re-published (deduplicated) by the drain.
+            let round = tokio::select! {
+                round = self.relay.round(&self.store) => round,
+                _ = stop.wait() => break,
+            };
             self.account(&round);
             if round.error.is_some() {
                 tokio::select! {

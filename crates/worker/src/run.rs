@@ -283,11 +283,15 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
 
     // The services stop on the shutdown signal; none of these waits may hang the exit (a
     // disconnected client cannot flush).
-    for (name, handle) in [
-        ("http endpoint", http_handle),
-        ("query service", query_handle),
+    let (http_done, query_done) = tokio::join!(
+        tokio::time::timeout(FINAL_WAIT, http_handle),
+        tokio::time::timeout(FINAL_WAIT, query_handle),
+    );
+    for (name, done) in [
+        ("http endpoint", http_done.is_ok()),
+        ("query service", query_done.is_ok()),
     ] {
-        if tokio::time::timeout(FINAL_WAIT, handle).await.is_err() {
+        if !done {
             tracing::warn!("{name} did not stop in time");
         }
     }
