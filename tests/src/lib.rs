@@ -224,7 +224,10 @@ mod tests {
         // the port is closed once the server is gone
         let deadline = Instant::now() + Duration::from_secs(5);
         while TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            assert!(Instant::now() < deadline, "server still listening after drop");
+            assert!(
+                Instant::now() < deadline,
+                "server still listening after drop"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -197,14 +197,48 @@ mod tests {
 
     #[test]
     fn event_ids_are_deterministic_and_distinct_per_fact() {
-        let a = event_id("c", "m", EventSubject::Call(0), EventType::ToolCallCompleted);
-        assert_eq!(a, event_id("c", "m", EventSubject::Call(0), EventType::ToolCallCompleted));
-        assert_ne!(a, event_id("c", "m", EventSubject::Call(1), EventType::ToolCallCompleted));
-        assert_ne!(a, event_id("c", "m", EventSubject::Call(0), EventType::ToolCallStarted));
+        let a = event_id(
+            "c",
+            "m",
+            EventSubject::Call(0),
+            EventType::ToolCallCompleted,
+        );
+        assert_eq!(
+            a,
+            event_id(
+                "c",
+                "m",
+                EventSubject::Call(0),
+                EventType::ToolCallCompleted
+            )
+        );
+        assert_ne!(
+            a,
+            event_id(
+                "c",
+                "m",
+                EventSubject::Call(1),
+                EventType::ToolCallCompleted
+            )
+        );
+        assert_ne!(
+            a,
+            event_id("c", "m", EventSubject::Call(0), EventType::ToolCallStarted)
+        );
         // length-prefixing keeps ("ab","c") and ("a","bc") apart
         assert_ne!(
-            event_id("ab", "c", EventSubject::Message, EventType::MessageCompleted),
-            event_id("a", "bc", EventSubject::Message, EventType::MessageCompleted)
+            event_id(
+                "ab",
+                "c",
+                EventSubject::Message,
+                EventType::MessageCompleted
+            ),
+            event_id(
+                "a",
+                "bc",
+                EventSubject::Message,
+                EventType::MessageCompleted
+            )
         );
         assert_eq!(a.len(), 35);
     }

@@ -64,7 +64,12 @@ fn cases() -> Vec<(&'static str, Event)> {
 
     let mut gemini = Event::new(
         EventType::ToolCallCompleted,
-        event_id("conv-1", "msg-2", EventSubject::Call(1), EventType::ToolCallCompleted),
+        event_id(
+            "conv-1",
+            "msg-2",
+            EventSubject::Call(1),
+            EventType::ToolCallCompleted,
+        ),
         "conv-1",
         "msg-2",
         Some(Provider::Gemini),
@@ -88,7 +93,12 @@ fn cases() -> Vec<(&'static str, Event)> {
     };
     let mut result_completed = Event::new(
         EventType::ToolResultCompleted,
-        event_id("conv-1", "msg-1", EventSubject::Result("call_9Xq2"), EventType::ToolResultCompleted),
+        event_id(
+            "conv-1",
+            "msg-1",
+            EventSubject::Result("call_9Xq2"),
+            EventType::ToolResultCompleted,
+        ),
         "conv-1",
         "msg-1",
         Some(Provider::OpenaiChat),
@@ -97,7 +107,12 @@ fn cases() -> Vec<(&'static str, Event)> {
 
     let mut orphaned = Event::new(
         EventType::ToolResultOrphaned,
-        event_id("conv-1", "res-7", EventSubject::Result("call_gone"), EventType::ToolResultOrphaned),
+        event_id(
+            "conv-1",
+            "res-7",
+            EventSubject::Result("call_gone"),
+            EventType::ToolResultOrphaned,
+        ),
         "conv-1",
         "res-7",
         None,
@@ -111,7 +126,12 @@ fn cases() -> Vec<(&'static str, Event)> {
 
     let mut message = Event::new(
         EventType::MessageCompleted,
-        event_id("conv-1", "msg-1", EventSubject::Message, EventType::MessageCompleted),
+        event_id(
+            "conv-1",
+            "msg-1",
+            EventSubject::Message,
+            EventType::MessageCompleted,
+        ),
         "conv-1",
         "msg-1",
         Some(Provider::OpenaiChat),
@@ -143,11 +163,19 @@ fn cases() -> Vec<(&'static str, Event)> {
         ("tool_call.completed.gemini.json", gemini),
         (
             "tool_call.invalid.json",
-            call_event(EventType::ToolCallInvalid, CallStatus::Invalid, Some("truncated")),
+            call_event(
+                EventType::ToolCallInvalid,
+                CallStatus::Invalid,
+                Some("truncated"),
+            ),
         ),
         (
             "tool_call.abandoned.json",
-            call_event(EventType::ToolCallAbandoned, CallStatus::Abandoned, Some("timeout")),
+            call_event(
+                EventType::ToolCallAbandoned,
+                CallStatus::Abandoned,
+                Some("timeout"),
+            ),
         ),
         ("tool_result.completed.json", result_completed),
         ("tool_result.orphaned.json", orphaned),
@@ -181,29 +209,43 @@ fn every_golden_event_validates_against_the_schema() {
         let path = entry.expect("entry").path();
         let value: Value =
             serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
-        let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| e.to_string())
+            .collect();
         assert!(errors.is_empty(), "{}: {errors:?}", path.display());
         seen += 1;
     }
-    assert!(seen >= 8, "expected a golden file per event type, found {seen}");
+    assert!(
+        seen >= 8,
+        "expected a golden file per event type, found {seen}"
+    );
 }
 
 #[test]
 fn schema_rejects_events_that_break_the_contract() {
     let validator = schema();
-    let good: Value = serde_json::to_value(
-        call_event(EventType::ToolCallCompleted, CallStatus::Completed, None),
-    )
+    let good: Value = serde_json::to_value(call_event(
+        EventType::ToolCallCompleted,
+        CallStatus::Completed,
+        None,
+    ))
     .expect("to value");
     assert!(validator.is_valid(&good));
 
     let mut missing_id = good.clone();
-    missing_id.as_object_mut().expect("object").remove("event_id");
+    missing_id
+        .as_object_mut()
+        .expect("object")
+        .remove("event_id");
     assert!(!validator.is_valid(&missing_id), "event_id is required");
 
     let mut null_args = good.clone();
     null_args["tool_call"]["arguments"] = Value::Null;
-    assert!(!validator.is_valid(&null_args), "completed calls have parsed arguments");
+    assert!(
+        !validator.is_valid(&null_args),
+        "completed calls have parsed arguments"
+    );
 
     let mut unknown_type = good.clone();
     unknown_type["type"] = json!("tool_call.finished");
@@ -211,7 +253,10 @@ fn schema_rejects_events_that_break_the_contract() {
 
     let mut empty_id = good.clone();
     empty_id["tool_call"]["id"] = json!("");
-    assert!(!validator.is_valid(&empty_id), "an empty call id is never valid");
+    assert!(
+        !validator.is_valid(&empty_id),
+        "an empty call id is never valid"
+    );
 
     let mut invalid_without_reason: Value = serde_json::to_value(call_event(
         EventType::ToolCallInvalid,
@@ -219,7 +264,10 @@ fn schema_rejects_events_that_break_the_contract() {
         None,
     ))
     .expect("to value");
-    assert!(!validator.is_valid(&invalid_without_reason), "invalid needs a reason");
+    assert!(
+        !validator.is_valid(&invalid_without_reason),
+        "invalid needs a reason"
+    );
     invalid_without_reason["reason"] = json!("truncated");
     assert!(validator.is_valid(&invalid_without_reason));
 }

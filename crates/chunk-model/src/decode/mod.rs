@@ -49,7 +49,9 @@ pub fn decode(provider: Provider, chunk: &[u8]) -> Result<Vec<ChunkEvent>, Decod
 pub fn detect_provider(chunk: &[u8]) -> Option<Provider> {
     let value: serde_json::Value = serde_json::from_slice(chunk.trim_ascii()).ok()?;
     let obj = value.as_object()?;
-    if obj.contains_key("choices") || obj.get("object").and_then(|o| o.as_str()) == Some("chat.completion.chunk") {
+    if obj.contains_key("choices")
+        || obj.get("object").and_then(|o| o.as_str()) == Some("chat.completion.chunk")
+    {
         return Some(Provider::OpenaiChat);
     }
     if obj.contains_key("candidates") || obj.contains_key("usageMetadata") {
@@ -74,12 +76,27 @@ pub fn detect_provider(chunk: &[u8]) -> Option<Provider> {
         return Some(Provider::OpenaiResponses);
     }
     match ty {
-        "message_start" | "content_block_start" | "content_block_delta" | "content_block_stop"
-        | "message_delta" | "message_stop" => Some(Provider::Anthropic),
-        "tool-input-start" | "tool-input-delta" | "tool-input-end" | "tool-input-available"
-        | "tool-output-available" | "tool-call" | "tool-result" | "tool-call-streaming-start"
-        | "tool-call-delta" | "start-step" | "finish-step" | "text-delta" | "text-start"
-        | "text-end" | "reasoning-delta" => Some(Provider::AiSdk),
+        "message_start"
+        | "content_block_start"
+        | "content_block_delta"
+        | "content_block_stop"
+        | "message_delta"
+        | "message_stop" => Some(Provider::Anthropic),
+        "tool-input-start"
+        | "tool-input-delta"
+        | "tool-input-end"
+        | "tool-input-available"
+        | "tool-output-available"
+        | "tool-call"
+        | "tool-result"
+        | "tool-call-streaming-start"
+        | "tool-call-delta"
+        | "start-step"
+        | "finish-step"
+        | "text-delta"
+        | "text-start"
+        | "text-end"
+        | "reasoning-delta" => Some(Provider::AiSdk),
         _ => None,
     }
 }
