@@ -557,8 +557,34 @@ impl ConsumeLoop {
     }
 }
 
-/// Applies inputs in order (one transaction each), stopping at the first storage error, then
-/// flushes once if anything was applied. Blocking.
+/// Attempts of one apply before its storage error is given up on (and the rest of the batch
+/// is nak'd).
+const APPLY_ATTEMPTS: u32 = 5;
+
+/// Applies one input, retrying a storage error in place a few times (20, 40, 80, 160 ms).
+///
+/// Retrying here rather than nak'ing keeps the stream's order: a nak'd chunk is redelivered
+/// only after its delay, and a later chunk of the same stream fetched meanwhile would be
+/// applied first (parked when it has a `Toolstream-Seq`, but with only the JetStream sequence
+/// the late one would then be taken for a duplicate).
+fn apply_with_retry(store: &Store, input: &Input<'_>, now: u64) -> Result<Applied, StoreError> {
+    let mut delay = Duration::from_millis(20);
+    let mut attempt = 1;
+    loop {
+        match store.apply(input, now) {
+            Err(e) if attempt < APPLY_ATTEMPTS => {
+                tracing::warn!(error = %e, attempt, "storage error; retrying the same input");
+                std::thread::sleep(delay);
+                delay *= 2;
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Applies inputs in order (one transaction each, storage errors retried in place), stopping
+/// at the first input that still fails, then flushes once. Blocking.
 fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
     let started = Instant::now();
     let mut outcomes = Vec::with_capacity(inputs.len());
@@ -571,7 +597,7 @@ fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
             stream_seq = input.origin.stream_seq
         );
         let _guard = span.enter();
-        let outcome = store.apply(&input.as_input(), now);
+        let outcome = apply_with_retry(store, &input.as_input(), now);
         let failed = outcome.is_err();
         if let Ok(applied) = &outcome {
             tracing::trace!(?applied, "applied");
@@ -692,5 +718,113 @@ mod tests {
             detail: "d".into(),
         });
         assert_eq!(Disposition::after_apply(&err, true), Disposition::NakDelay);
+    }
+
+    /// A storage whose first `failures` commits fail, like a disk that recovers.
+    struct FlakyStorage {
+        inner: assembler::storage::memory::MemoryStorage,
+        failures: std::sync::atomic::AtomicU32,
+    }
+
+    impl assembler::storage::Storage for FlakyStorage {
+        fn get(
+            &self,
+            space: assembler::storage::Space,
+            key: &[u8],
+        ) -> Result<Option<Vec<u8>>, StoreError> {
+            self.inner.get(space, key)
+        }
+        fn scan_prefix(
+            &self,
+            space: assembler::storage::Space,
+            prefix: &[u8],
+        ) -> Result<Vec<assembler::storage::Pair>, StoreError> {
+            self.inner.scan_prefix(space, prefix)
+        }
+        fn first_n(
+            &self,
+            space: assembler::storage::Space,
+            limit: usize,
+        ) -> Result<Vec<assembler::storage::Pair>, StoreError> {
+            self.inner.first_n(space, limit)
+        }
+        fn count(&self, space: assembler::storage::Space) -> Result<usize, StoreError> {
+            self.inner.count(space)
+        }
+        fn commit(&self, set: assembler::storage::WriteSet) -> Result<(), StoreError> {
+            use std::sync::atomic::Ordering;
+            let left = self.failures.load(Ordering::SeqCst);
+            if left > 0 {
+                self.failures.store(left - 1, Ordering::SeqCst);
+                return Err(StoreError::Corrupt {
+                    space: "test",
+                    detail: "injected commit failure".into(),
+                });
+            }
+            self.inner.commit(set)
+        }
+        fn remove(&self, space: assembler::storage::Space, key: &[u8]) -> Result<bool, StoreError> {
+            self.inner.remove(space, key)
+        }
+        fn flush(&self) -> Result<(), StoreError> {
+            self.inner.flush()
+        }
+    }
+
+    fn flaky_store(failures: u32) -> Store {
+        let storage = FlakyStorage {
+            inner: assembler::storage::memory::MemoryStorage::new(),
+            failures: std::sync::atomic::AtomicU32::new(failures),
+        };
+        Store::with_storage(std::sync::Arc::new(storage), assembler::Config::default())
+            .expect("store")
+    }
+
+    fn chunk_input(seq: u64) -> OwnedInput {
+        let body = Bytes::from_static(
+            br#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":""}}]}}]}"#,
+        );
+        let mut h = HeaderMap::new();
+        h.insert(HEADER_PROVIDER, "openai-chat");
+        parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, seq).expect("input")
+    }
+
+    /// A storage error used to nak the input, letting a later chunk of the same stream be
+    /// applied before its redelivery; with only the JetStream sequence, the redelivered one was
+    /// then dropped as a duplicate. Transient errors are now retried in place, in order.
+    #[test]
+    fn a_transient_storage_error_is_retried_in_place_not_nakd() {
+        let store = flaky_store(2);
+        let result = apply_batch(&store, &[chunk_input(7), chunk_input(8)]);
+        assert!(result.flushed);
+        assert_eq!(result.outcomes.len(), 2);
+        assert!(matches!(result.outcomes[0], Ok(Applied::Accepted { .. })));
+        assert!(matches!(
+            result.outcomes[1],
+            Ok(Applied::Duplicate) | Ok(Applied::Accepted { .. })
+        ));
+        let snapshot = store
+            .message_snapshot("c", "m")
+            .expect("read")
+            .expect("stored");
+        assert_eq!(snapshot.calls.len(), 1);
+    }
+
+    #[test]
+    fn a_storage_error_that_persists_stops_the_batch_at_that_input() {
+        let store = flaky_store(APPLY_ATTEMPTS);
+        let result = apply_batch(&store, &[chunk_input(7), chunk_input(8)]);
+        assert_eq!(
+            result.outcomes.len(),
+            1,
+            "nothing after the failed input is applied"
+        );
+        assert!(result.outcomes[0].is_err());
+        let dispositions: Vec<Disposition> = result
+            .outcomes
+            .iter()
+            .map(|o| Disposition::after_apply(o, result.flushed))
+            .collect();
+        assert_eq!(dispositions, vec![Disposition::NakDelay]);
     }
 }
