@@ -2,11 +2,11 @@
 //! on recorded streams (`tests/recordings/anthropic/`, SSE with `event:` lines) and single
 //! chunks, plus no-panic property tests.
 
-mod streams;
+mod support;
 
 use chunk_model::{ChunkEvent, DecodeError, Finish, Provider};
 use proptest::prelude::*;
-use streams::*;
+use support::*;
 
 const P: Provider = Provider::Anthropic;
 
@@ -36,8 +36,11 @@ fn single_call_recording_decodes_to_start_deltas_and_ends() {
 
 #[test]
 fn ping_anywhere_decodes_to_nothing() {
-    assert_eq!(ok(P, r#"{"type": "ping"}"#), vec![]);
-    assert_eq!(ok(P, r#"{"type":"ping","extra":{"nested":[1,2]}}"#), vec![]);
+    assert_eq!(decode_ok(P, r#"{"type": "ping"}"#), vec![]);
+    assert_eq!(
+        decode_ok(P, r#"{"type":"ping","extra":{"nested":[1,2]}}"#),
+        vec![]
+    );
     // Pings between the deltas of a call do not disturb its text.
     let events = decode_recording(P, "anthropic/single_call.sse");
     assert_eq!(
@@ -49,7 +52,7 @@ fn ping_anywhere_decodes_to_nothing() {
 #[test]
 fn first_partial_json_is_empty_string_and_is_kept_as_empty_fragment() {
     let chunk = r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}"#;
-    assert_eq!(ok(P, chunk), vec![frag(idx(1), None, Some(""))]);
+    assert_eq!(decode_ok(P, chunk), vec![frag(idx(1), None, Some(""))]);
 }
 
 #[test]
@@ -75,7 +78,7 @@ fn tool_with_no_deltas_at_all_is_a_start_and_an_end() {
 fn start_block_input_object_is_ignored_in_favour_of_deltas() {
     let chunk = r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_X","name":"f","input":{"a":1}}}"#;
     assert_eq!(
-        ok(P, chunk),
+        decode_ok(P, chunk),
         vec![frag(idx_id(2, "toolu_X"), Some("f"), None)]
     );
 }
@@ -164,7 +167,7 @@ fn thinking_block_with_signature_before_the_tool_block_yields_only_its_stop() {
 fn server_tool_use_block_is_a_call() {
     let chunk = r#"{"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use","id":"srvtoolu_014hJH82Qum7Td6UV8gDXThB","name":"web_search","input":{}}}"#;
     assert_eq!(
-        ok(P, chunk),
+        decode_ok(P, chunk),
         vec![frag(
             idx_id(1, "srvtoolu_014hJH82Qum7Td6UV8gDXThB"),
             Some("web_search"),
@@ -176,21 +179,21 @@ fn server_tool_use_block_is_a_call() {
 #[test]
 fn text_block_start_and_text_deltas_decode_to_nothing() {
     assert_eq!(
-        ok(
+        decode_ok(
             P,
             r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#
         ),
         vec![]
     );
     assert_eq!(
-        ok(
+        decode_ok(
             P,
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#
         ),
         vec![]
     );
     assert_eq!(
-        ok(
+        decode_ok(
             P,
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"type":"char_location"}}}"#
         ),
@@ -201,7 +204,7 @@ fn text_block_start_and_text_deltas_decode_to_nothing() {
 #[test]
 fn blank_tool_id_and_name_are_absent() {
     let chunk = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"","name":"  ","input":{}}}"#;
-    assert_eq!(ok(P, chunk), vec![frag(idx(0), None, None)]);
+    assert_eq!(decode_ok(P, chunk), vec![frag(idx(0), None, None)]);
 }
 
 #[test]
@@ -218,7 +221,11 @@ fn stop_reasons_map_to_finish() {
         let chunk = format!(
             r#"{{"type":"message_delta","delta":{{"stop_reason":"{reason}","stop_sequence":null}},"usage":{{"output_tokens":3}}}}"#
         );
-        assert_eq!(ok(P, &chunk), vec![msg_end(finish, reason)], "{reason}");
+        assert_eq!(
+            decode_ok(P, &chunk),
+            vec![msg_end(finish, reason)],
+            "{reason}"
+        );
     }
 }
 
@@ -226,7 +233,7 @@ fn stop_reasons_map_to_finish() {
 fn message_delta_without_stop_reason_decodes_to_nothing() {
     let chunk =
         r#"{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":3}}"#;
-    assert_eq!(ok(P, chunk), vec![]);
+    assert_eq!(decode_ok(P, chunk), vec![]);
 }
 
 #[test]
@@ -243,7 +250,7 @@ fn error_event_mid_stream_is_a_provider_error() {
 #[test]
 fn message_start_and_unknown_event_types_decode_to_nothing() {
     assert_eq!(
-        ok(
+        decode_ok(
             P,
             r#"{"type":"message_start","message":{"id":"msg_1","content":[],"stop_reason":null}}"#
         ),
@@ -251,7 +258,7 @@ fn message_start_and_unknown_event_types_decode_to_nothing() {
     );
     // An event type added later, with fields shaped unlike anything known.
     assert_eq!(
-        ok(
+        decode_ok(
             P,
             r#"{"type":"content_block_annotation","index":"zero","delta":[1,2]}"#
         ),
@@ -262,25 +269,25 @@ fn message_start_and_unknown_event_types_decode_to_nothing() {
 #[test]
 fn unknown_fields_everywhere_are_ignored() {
     let chunk = r#"{"type":"content_block_delta","index":3,"new_top":{"x":1},"delta":{"type":"input_json_delta","partial_json":"{}","new_inner":[null]}}"#;
-    assert_eq!(ok(P, chunk), vec![frag(idx(3), None, Some("{}"))]);
+    assert_eq!(decode_ok(P, chunk), vec![frag(idx(3), None, Some("{}"))]);
 }
 
 #[test]
 fn non_json_chunk_is_a_not_json_error_naming_anthropic() {
-    let e = err(P, "{\"type\":\"content_block_delta\",");
+    let e = decode_err(P, "{\"type\":\"content_block_delta\",");
     assert!(matches!(e, DecodeError::NotJson { .. }), "{e:?}");
     assert_eq!(e.provider(), Some(P));
 }
 
 #[test]
 fn negative_index_is_a_bad_field_naming_index() {
-    let e = err(P, r#"{"type":"content_block_stop","index":-1}"#);
+    let e = decode_err(P, r#"{"type":"content_block_stop","index":-1}"#);
     assert_eq!(bad_field(&e), "index");
 }
 
 #[test]
 fn partial_json_that_is_not_a_string_is_a_bad_field_naming_its_path() {
-    let e = err(
+    let e = decode_err(
         P,
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":{"a":1}}}"#,
     );
@@ -289,13 +296,13 @@ fn partial_json_that_is_not_a_string_is_a_bad_field_naming_its_path() {
 
 #[test]
 fn block_stop_without_index_is_a_bad_field() {
-    let e = err(P, r#"{"type":"content_block_stop"}"#);
+    let e = decode_err(P, r#"{"type":"content_block_stop"}"#);
     assert_eq!(bad_field(&e), "index");
 }
 
 #[test]
 fn top_level_array_is_a_bad_field_at_the_root() {
-    let e = err(P, r#"[{"type":"ping"}]"#);
+    let e = decode_err(P, r#"[{"type":"ping"}]"#);
     assert_eq!(bad_field(&e), "$");
 }
 
@@ -336,7 +343,7 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_json_values_never_panic(value in arb_json(KEYS, WORDS)) {
+    fn arbitrary_json_values_never_panic(value in arb_json_with(KEYS, WORDS)) {
         let text = value.to_string();
         match chunk_model::decode(P, text.as_bytes()) {
             Ok(_) => {}

@@ -2,11 +2,11 @@
 //! `tests/recordings/bedrock/`, every event with AWS's `p` padding): one test per quirk,
 //! named for it, plus no-panic property tests.
 
-mod streams;
+mod support;
 
 use chunk_model::{ChunkEvent, DecodeError, Finish, Provider};
 use proptest::prelude::*;
-use streams::*;
+use support::*;
 
 const P: Provider = Provider::Bedrock;
 
@@ -35,9 +35,9 @@ fn single_call_recording_decodes_to_start_string_fragments_and_end() {
 fn text_blocks_without_a_start_decode_to_nothing_but_their_stop() {
     let delta =
         r#"{"contentBlockDelta":{"contentBlockIndex":0,"delta":{"text":"Hello"},"p":"abcd"}}"#;
-    assert_eq!(ok(P, delta), vec![]);
+    assert_eq!(decode_ok(P, delta), vec![]);
     let reasoning = r#"{"contentBlockDelta":{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":"hmm"}}}}"#;
-    assert_eq!(ok(P, reasoning), vec![]);
+    assert_eq!(decode_ok(P, reasoning), vec![]);
 }
 
 #[test]
@@ -53,7 +53,7 @@ fn message_stop_before_metadata_ends_the_message_and_metadata_adds_nothing() {
     let events = decode_recording(P, "bedrock/single_call.ndjson");
     assert_eq!(events.last(), Some(&msg_end(Finish::Complete, "tool_use")));
     let metadata = r#"{"metadata":{"usage":{"inputTokens":412,"outputTokens":71,"totalTokens":483},"metrics":{"latencyMs":1184},"p":"abc"}}"#;
-    assert_eq!(ok(P, metadata), vec![]);
+    assert_eq!(decode_ok(P, metadata), vec![]);
 }
 
 #[test]
@@ -102,7 +102,11 @@ fn stop_reasons_map_to_finish() {
         ("content_filtered", Finish::Filtered),
     ] {
         let chunk = format!(r#"{{"messageStop":{{"stopReason":"{reason}","p":"ab"}}}}"#);
-        assert_eq!(ok(P, &chunk), vec![msg_end(finish, reason)], "{reason}");
+        assert_eq!(
+            decode_ok(P, &chunk),
+            vec![msg_end(finish, reason)],
+            "{reason}"
+        );
     }
 }
 
@@ -130,7 +134,7 @@ fn every_exception_event_is_a_provider_error_naming_it() {
     ] {
         let chunk = format!(r#"{{"{name}":{{"message":"boom"}}}}"#);
         assert_eq!(
-            ok(P, &chunk),
+            decode_ok(P, &chunk),
             vec![ChunkEvent::ProviderError {
                 message: format!("{name}: boom")
             }],
@@ -142,21 +146,21 @@ fn every_exception_event_is_a_provider_error_naming_it() {
 #[test]
 fn message_start_and_unknown_events_decode_to_nothing() {
     assert_eq!(
-        ok(P, r#"{"messageStart":{"role":"assistant","p":"abcdef"}}"#),
+        decode_ok(P, r#"{"messageStart":{"role":"assistant","p":"abcdef"}}"#),
         vec![]
     );
-    assert_eq!(ok(P, r#"{"someFutureEvent":{"x":[1,2,3]}}"#), vec![]);
+    assert_eq!(decode_ok(P, r#"{"someFutureEvent":{"x":[1,2,3]}}"#), vec![]);
 }
 
 #[test]
 fn blank_tool_use_id_and_name_are_absent() {
     let chunk = r#"{"contentBlockStart":{"contentBlockIndex":2,"start":{"toolUse":{"toolUseId":"","name":" "}}}}"#;
-    assert_eq!(ok(P, chunk), vec![frag(idx(2), None, None)]);
+    assert_eq!(decode_ok(P, chunk), vec![frag(idx(2), None, None)]);
 }
 
 #[test]
 fn tool_delta_without_block_index_is_a_bad_field_naming_it() {
-    let e = err(
+    let e = decode_err(
         P,
         r#"{"contentBlockDelta":{"delta":{"toolUse":{"input":"{}"}}}}"#,
     );
@@ -165,7 +169,7 @@ fn tool_delta_without_block_index_is_a_bad_field_naming_it() {
 
 #[test]
 fn tool_input_that_is_not_a_string_is_a_bad_field_naming_its_path() {
-    let e = err(
+    let e = decode_err(
         P,
         r#"{"contentBlockDelta":{"contentBlockIndex":1,"delta":{"toolUse":{"input":{"a":1}}}}}"#,
     );
@@ -174,7 +178,7 @@ fn tool_input_that_is_not_a_string_is_a_bad_field_naming_its_path() {
 
 #[test]
 fn non_json_chunk_is_a_not_json_error_naming_bedrock() {
-    let e = err(P, r#"{"contentBlockStop":{"contentBlockIndex":"#);
+    let e = decode_err(P, r#"{"contentBlockStop":{"contentBlockIndex":"#);
     assert!(matches!(e, DecodeError::NotJson { .. }), "{e:?}");
     assert_eq!(e.provider(), Some(P));
 }
@@ -210,7 +214,7 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_json_values_never_panic(value in arb_json(KEYS, WORDS)) {
+    fn arbitrary_json_values_never_panic(value in arb_json_with(KEYS, WORDS)) {
         let text = value.to_string();
         match chunk_model::decode(P, text.as_bytes()) {
             Ok(_) => {}

@@ -3,13 +3,13 @@
 //! stream, finish reasons, plus no-panic property tests. Recordings live in
 //! `tests/recordings/gemini/`.
 
-mod streams;
+mod support;
 
 use chunk_model::partial_args;
 use chunk_model::{ChunkEvent, DecodeError, Finish, PathValue, Provider};
 use proptest::prelude::*;
 use serde_json::{json, Map};
-use streams::*;
+use support::*;
 
 const P: Provider = Provider::Gemini;
 
@@ -49,7 +49,7 @@ fn args_key_order_is_kept_as_sent() {
     let parts =
         r#"[{"functionCall":{"name":"f","args":{"z":1,"a":{"y":[true,null],"b":"é\"q"}}}}]"#;
     assert_eq!(
-        ok(P, &chunk(parts, None)),
+        decode_ok(P, &chunk(parts, None)),
         vec![end(
             wire(None),
             Some("f"),
@@ -86,7 +86,7 @@ fn several_calls_in_one_chunk_are_several_ends_in_order() {
 fn call_without_args_gets_empty_object_arguments() {
     let parts = r#"[{"functionCall":{"name":"get_local_time"}}]"#;
     assert_eq!(
-        ok(P, &chunk(parts, None)),
+        decode_ok(P, &chunk(parts, None)),
         vec![end(wire(None), Some("get_local_time"), Some("{}"))]
     );
 }
@@ -95,7 +95,7 @@ fn call_without_args_gets_empty_object_arguments() {
 fn function_call_id_when_present_is_the_wire_id_and_blank_id_is_absent() {
     let parts = r#"[{"functionCall":{"id":"fc_7Hq2","name":"f","args":{}}},{"functionCall":{"id":"","name":"g","args":{}}}]"#;
     assert_eq!(
-        ok(P, &chunk(parts, None)),
+        decode_ok(P, &chunk(parts, None)),
         vec![
             end(wire(Some("fc_7Hq2")), Some("f"), Some("{}")),
             end(wire(None), Some("g"), Some("{}")),
@@ -106,15 +106,18 @@ fn function_call_id_when_present_is_the_wire_id_and_blank_id_is_absent() {
 #[test]
 fn only_candidate_zero_is_read() {
     let text = r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"a","args":{}}}]},"index":0},{"content":{"parts":[{"functionCall":{"name":"b","args":{}}}]},"index":1}]}"#;
-    assert_eq!(ok(P, text), vec![end(wire(None), Some("a"), Some("{}"))]);
+    assert_eq!(
+        decode_ok(P, text),
+        vec![end(wire(None), Some("a"), Some("{}"))]
+    );
 }
 
 #[test]
 fn text_and_thought_parts_and_usage_only_chunks_decode_to_nothing() {
     let parts = r#"[{"text":"thinking about it","thought":true},{"text":"Sure.","thoughtSignature":"abc"}]"#;
-    assert_eq!(ok(P, &chunk(parts, None)), vec![]);
+    assert_eq!(decode_ok(P, &chunk(parts, None)), vec![]);
     assert_eq!(
-        ok(
+        decode_ok(
             P,
             r#"{"usageMetadata":{"promptTokenCount":4,"totalTokenCount":4},"modelVersion":"gemini-2.5-flash"}"#
         ),
@@ -219,7 +222,7 @@ fn vertex_partial_args_cut_by_max_tokens_have_no_end_and_a_truncated_finish() {
 fn partial_args_without_will_continue_are_the_last_piece_and_the_end() {
     let parts = r#"[{"functionCall":{"id":"fc_1","partialArgs":[{"jsonPath":"$.q","stringValue":"end"}]}}]"#;
     assert_eq!(
-        ok(P, &chunk(parts, None)),
+        decode_ok(P, &chunk(parts, None)),
         vec![
             pieces(
                 wire(Some("fc_1")),
@@ -236,7 +239,7 @@ fn partial_args_without_will_continue_are_the_last_piece_and_the_end() {
 fn closing_part_with_args_carries_them() {
     let parts = r#"[{"functionCall":{"args":{"q":"x"}}}]"#;
     assert_eq!(
-        ok(P, &chunk(parts, None)),
+        decode_ok(P, &chunk(parts, None)),
         vec![end(wire(None), None, Some(r#"{"q":"x"}"#))]
     );
 }
@@ -245,7 +248,7 @@ fn closing_part_with_args_carries_them() {
 fn null_value_given_as_json_null_is_a_null_piece_and_valueless_entries_are_skipped() {
     let parts = r#"[{"functionCall":{"partialArgs":[{"jsonPath":"$.a","nullValue":null},{"jsonPath":"$.b"}],"willContinue":true}}]"#;
     assert_eq!(
-        ok(P, &chunk(parts, None)),
+        decode_ok(P, &chunk(parts, None)),
         vec![pieces(
             wire(None),
             None,
@@ -258,7 +261,7 @@ fn null_value_given_as_json_null_is_a_null_piece_and_valueless_entries_are_skipp
 #[test]
 fn partial_arg_without_json_path_is_a_bad_field_naming_it() {
     let parts = r#"[{"text":"x"},{"functionCall":{"partialArgs":[{"stringValue":"v"}],"willContinue":true}}]"#;
-    let e = err(P, &chunk(parts, None));
+    let e = decode_err(P, &chunk(parts, None));
     assert_eq!(
         bad_field(&e),
         "candidates[0].content.parts[1].functionCall.partialArgs[0].jsonPath"
@@ -306,7 +309,7 @@ fn finish_reasons_map_to_finish() {
         ("FINISH_REASON_UNSPECIFIED", Finish::Complete),
     ] {
         assert_eq!(
-            ok(P, &chunk("[]", Some(reason))),
+            decode_ok(P, &chunk("[]", Some(reason))),
             vec![msg_end(finish, reason)],
             "{reason}"
         );
@@ -335,7 +338,7 @@ fn prompt_feedback_block_reason_is_a_filtered_end() {
 fn error_object_in_the_stream_is_a_provider_error() {
     let text = r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#;
     assert_eq!(
-        ok(P, text),
+        decode_ok(P, text),
         vec![ChunkEvent::ProviderError {
             message: "503: The model is overloaded. Please try again later.".to_string()
         }]
@@ -345,7 +348,7 @@ fn error_object_in_the_stream_is_a_provider_error() {
 #[test]
 fn args_that_are_not_an_object_is_a_bad_field_naming_its_path() {
     let parts = r#"[{"functionCall":{"name":"f","args":"{\"a\":1}"}}]"#;
-    let e = err(P, &chunk(parts, None));
+    let e = decode_err(P, &chunk(parts, None));
     assert_eq!(
         bad_field(&e),
         "candidates[0].content.parts[0].functionCall.args"
@@ -355,7 +358,7 @@ fn args_that_are_not_an_object_is_a_bad_field_naming_its_path() {
 #[test]
 fn will_continue_of_the_wrong_type_is_a_bad_field_naming_its_path() {
     let parts = r#"[{"functionCall":{"name":"f","willContinue":"yes"}}]"#;
-    let e = err(P, &chunk(parts, None));
+    let e = decode_err(P, &chunk(parts, None));
     assert_eq!(
         bad_field(&e),
         "candidates[0].content.parts[0].functionCall.willContinue"
@@ -365,12 +368,15 @@ fn will_continue_of_the_wrong_type_is_a_bad_field_naming_its_path() {
 #[test]
 fn unknown_fields_everywhere_are_ignored() {
     let text = r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{},"newField":1},"newPartField":{"x":[]}}],"role":"model","newContent":true},"index":0,"avgLogprobs":-0.2,"citationMetadata":{}}],"newTop":"x","createTime":"2025-01-01T00:00:00Z"}"#;
-    assert_eq!(ok(P, text), vec![end(wire(None), Some("f"), Some("{}"))]);
+    assert_eq!(
+        decode_ok(P, text),
+        vec![end(wire(None), Some("f"), Some("{}"))]
+    );
 }
 
 #[test]
 fn non_json_chunk_is_a_not_json_error_naming_gemini() {
-    let e = err(P, r#"{"candidates":[{"content""#);
+    let e = decode_err(P, r#"{"candidates":[{"content""#);
     assert!(matches!(e, DecodeError::NotJson { .. }), "{e:?}");
     assert_eq!(e.provider(), Some(P));
 }
@@ -416,7 +422,7 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_json_values_never_panic(value in arb_json(KEYS, WORDS)) {
+    fn arbitrary_json_values_never_panic(value in arb_json_with(KEYS, WORDS)) {
         let text = value.to_string();
         match chunk_model::decode(P, text.as_bytes()) {
             Ok(events) => {
@@ -435,7 +441,7 @@ proptest! {
 #[test]
 fn bad_field_in_an_array_element_names_the_element() {
     let text = r#"[{"candidates":[]},{"candidates":[{"content":{"parts":[{"functionCall":{"name":7}}]}}]}]"#;
-    let e = err(P, text);
+    let e = decode_err(P, text);
     assert_eq!(
         bad_field(&e),
         "[1].candidates[0].content.parts[0].functionCall.name"
@@ -444,6 +450,6 @@ fn bad_field_in_an_array_element_names_the_element() {
 
 #[test]
 fn cut_off_array_stream_is_not_json() {
-    let e = err(P, r#"[{"candidates":[]},{"candid"#);
+    let e = decode_err(P, r#"[{"candidates":[]},{"candid"#);
     assert!(matches!(e, DecodeError::NotJson { .. }), "{e:?}");
 }

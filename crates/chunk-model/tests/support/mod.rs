@@ -1,11 +1,14 @@
 //! Shared helpers for the decoder tests: decode a JSON literal, build expected events
-//! compactly, read the recorded streams under `tests/recordings/` at the repo root, and
-//! proptest strategies for arbitrary bytes and arbitrary JSON values.
+//! compactly, read the recorded streams under `tests/recordings/` at the repo root (through
+//! the crate's framing reader), and proptest strategies for arbitrary JSON values.
 #![allow(dead_code)]
 
-use chunk_model::{decode, CallEnd, CallFragment, CallRef, ChunkEvent, DecodeError, Provider};
+use chunk_model::framing::{self, Frame};
+use chunk_model::{
+    decode, CallEnd, CallFragment, CallRef, ChunkEvent, DecodeError, Finish, PathValue, Provider,
+};
 use proptest::prelude::*;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::path::PathBuf;
 
 /// Decodes one chunk given as text, panicking (test only) on error.
@@ -45,12 +48,7 @@ pub fn frag(at: CallRef, name: Option<&str>, arguments: Option<&str>) -> ChunkEv
 
 /// An expected end.
 pub fn end(at: CallRef, name: Option<&str>, arguments: Option<&str>) -> ChunkEvent {
-    ChunkEvent::CallEnd(CallEnd {
-        at,
-        name: name.map(str::to_string),
-        arguments: arguments.map(str::to_string),
-        ..CallEnd::default()
-    })
+    end_meta(at, name, arguments, Map::new())
 }
 
 /// The recordings directory at the repository root.
@@ -58,45 +56,21 @@ pub fn recordings_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/recordings")
 }
 
-/// The chunk bodies of a recording: `data:` payloads of an SSE file (`.sse`), or the
-/// non-blank lines of an NDJSON file. A deliberately small reader, independent of the
-/// crate's own framing module, so these tests pin the decoders alone.
-pub fn recording(rel: &str) -> Vec<String> {
+/// The frames of a recording, split with the crate's framing reader (format detected).
+pub fn frames(rel: &str) -> Vec<Frame> {
     let path = recordings_dir().join(rel);
-    let text =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    if rel.ends_with(".sse") {
-        let mut bodies = Vec::new();
-        let mut data: Option<String> = None;
-        for line in text.lines().chain(std::iter::once("")) {
-            let line = line.trim_end_matches('\r');
-            if line.is_empty() {
-                if let Some(d) = data.take() {
-                    bodies.push(d);
-                }
-            } else if let Some(rest) = line.strip_prefix("data:") {
-                let rest = rest.strip_prefix(' ').unwrap_or(rest);
-                data = Some(match data.take() {
-                    Some(prev) => format!("{prev}\n{rest}"),
-                    None => rest.to_string(),
-                });
-            }
-        }
-        bodies
-    } else {
-        text.lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect()
-    }
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    framing::split(&bytes).unwrap_or_else(|e| panic!("split {}: {e}", path.display()))
 }
 
-/// Decodes every chunk of a recording in order and concatenates the events.
+/// Decodes every frame of a recording in order and concatenates the events.
 pub fn decode_recording(provider: Provider, rel: &str) -> Vec<ChunkEvent> {
-    recording(rel)
+    frames(rel)
         .iter()
-        .flat_map(|chunk| decode_ok(provider, chunk))
+        .flat_map(|f| match decode(provider, &f.data) {
+            Ok(events) => events,
+            Err(e) => panic!("{rel} line {}: {e}", f.line),
+        })
         .collect()
 }
 
@@ -188,4 +162,137 @@ pub fn arb_type() -> impl Strategy<Value = String> {
         "tool-call-delta",
     ])
     .prop_map(str::to_string)
+}
+
+/// The `field` of a `BadField` error (test only).
+pub fn bad_field(e: &DecodeError) -> &str {
+    match e {
+        DecodeError::BadField { field, .. } => field,
+        other => panic!("expected BadField, got {other:?}"),
+    }
+}
+
+/// A reference by index.
+pub fn idx(index: u32) -> CallRef {
+    CallRef {
+        index: Some(index),
+        ..CallRef::default()
+    }
+}
+
+/// A reference by index and wire id.
+pub fn idx_id(index: u32, id: &str) -> CallRef {
+    CallRef {
+        index: Some(index),
+        wire_id: Some(id.to_string()),
+        item_id: None,
+    }
+}
+
+/// A reference by wire id only (`None`: no id at all).
+pub fn wire(id: Option<&str>) -> CallRef {
+    CallRef {
+        wire_id: id.map(str::to_string),
+        ..CallRef::default()
+    }
+}
+
+/// An expected fragment with structured pieces and metadata.
+pub fn pieces(
+    at: CallRef,
+    name: Option<&str>,
+    path_values: Vec<PathValue>,
+    metadata: Map<String, Value>,
+) -> ChunkEvent {
+    ChunkEvent::CallFragment(CallFragment {
+        at,
+        name: name.map(str::to_string),
+        arguments: None,
+        path_values,
+        metadata,
+    })
+}
+
+/// One structured piece.
+pub fn pv(path: &str, value: Value, continues: bool) -> PathValue {
+    PathValue {
+        path: path.to_string(),
+        value,
+        continues,
+    }
+}
+
+/// An expected end with metadata.
+pub fn end_meta(
+    at: CallRef,
+    name: Option<&str>,
+    arguments: Option<&str>,
+    metadata: Map<String, Value>,
+) -> ChunkEvent {
+    ChunkEvent::CallEnd(CallEnd {
+        at,
+        name: name.map(str::to_string),
+        arguments: arguments.map(str::to_string),
+        metadata,
+    })
+}
+
+/// An expected message end.
+pub fn msg_end(finish: Finish, reason: &str) -> ChunkEvent {
+    ChunkEvent::MessageEnd {
+        finish,
+        reason: reason.to_string(),
+    }
+}
+
+/// `{"thoughtSignature": sig}`.
+pub fn signature(sig: &str) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert(
+        "thoughtSignature".to_string(),
+        Value::String(sig.to_string()),
+    );
+    m
+}
+
+/// Concatenated argument text of all fragments at `index` (what the assembler appends).
+pub fn text_at(events: &[ChunkEvent], index: u32) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ChunkEvent::CallFragment(f) if f.at.index == Some(index) => f.arguments.clone(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Arbitrary JSON values whose object keys are mostly `keys`, so random input reaches the
+/// decoder's branches; strings include the decoder's type names.
+pub fn arb_json_with(
+    keys: &'static [&'static str],
+    words: &'static [&'static str],
+) -> BoxedStrategy<Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u32>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        ".{0,12}".prop_map(Value::String),
+        prop::sample::select(words).prop_map(|s| Value::String(s.to_string())),
+    ];
+    leaf.prop_recursive(5, 64, 6, move |inner| {
+        let key = prop_oneof![
+            4 => prop::sample::select(keys).prop_map(str::to_string),
+            1 => ".{0,6}",
+        ];
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::vec((key, inner), 0..6)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+    .boxed()
 }
