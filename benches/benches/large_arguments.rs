@@ -6,8 +6,11 @@
 //! a finish chunk and one flush. Throughput is in bytes of argument text, so linear
 //! assembly shows as the same bytes/s at 256 KiB and 1 MiB for a given fragment size (a
 //! quadratic rewrite would be ~4× slower per byte at 1 MiB). Between fragment sizes the
-//! per-byte cost differs by the fixed per-chunk cost (decode + one transaction), which is
-//! also reported per chunk. Run: `cargo bench -p toolstream-benches --bench large_arguments`.
+//! per-byte cost differs by the fixed per-chunk cost (decode + one transaction). The
+//! `baseline_empty` cases measure that fixed cost alone: the same number of chunks as the
+//! 1–4 byte cases, each with an empty argument fragment. (T(frag_1to4) − T(baseline_empty))
+//! / bytes is what appending the text itself costs per byte, comparable with the 4 KiB case.
+//! Run: `cargo bench -p toolstream-benches --bench large_arguments`.
 
 use assembler::{Config, Input, InputKind, Seq, Store};
 use chunk_model::Provider;
@@ -51,6 +54,21 @@ fn chunks(total: usize, sizes: &[usize]) -> Vec<Vec<u8>> {
     out
 }
 
+/// `count` argument fragments that carry no text (the per-chunk cost without appending),
+/// framed like [`chunks`]: a first delta with id and name, then a finish chunk.
+fn empty_chunks(count: usize) -> Vec<Vec<u8>> {
+    let mut out = vec![delta("", true)];
+    out.extend((0..count).map(|_| delta("", false)));
+    out.push(
+        serde_json::to_vec(&serde_json::json!({
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]
+        }))
+        .unwrap_or_default(),
+    );
+    out
+}
+
 fn assemble(store: &Store, msg: &str, bodies: &[Vec<u8>]) {
     for (seq, body) in bodies.iter().enumerate() {
         let input = Input {
@@ -77,11 +95,22 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(20));
     let mut n = 0u64;
+    let mut cases = Vec::new();
     for (label, sizes) in [("frag_1to4", vec![1, 2, 3, 4]), ("frag_4k", vec![4096])] {
         for total in [256 * 1024, 1024 * 1024] {
             let bodies = chunks(total, &sizes);
+            let id = format!("{}KiB_{}chunks", total / 1024, bodies.len());
+            if label == "frag_1to4" {
+                let empty = empty_chunks(bodies.len() - 2);
+                cases.push(("baseline_empty", id.clone(), total, empty));
+            }
+            cases.push((label, id, total, bodies));
+        }
+    }
+    for (label, id, total, bodies) in cases {
+        {
             group.throughput(Throughput::Bytes(total as u64));
-            let id = BenchmarkId::new(label, format!("{}KiB_{}chunks", total / 1024, bodies.len()));
+            let id = BenchmarkId::new(label, id);
             group.bench_function(id, |b| {
                 b.iter_custom(|iters| {
                     let mut spent = Duration::ZERO;

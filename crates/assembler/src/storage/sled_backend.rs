@@ -185,6 +185,33 @@ impl SledStorage {
     }
 }
 
+/// Appends an argument piece to the call's latest piece already in the buffer, if there is
+/// one; otherwise hands the value back to be inserted under its own key.
+///
+/// Same invariant as the merge in [`SledStorage::apply_buffer`]: readers concatenate a call's
+/// pieces in key order and tolerate gaps in piece numbers. Every piece in the buffer is newer
+/// than every piece in sled (piece numbers only grow until a replace, which deletes the old
+/// ones), so the buffer's last piece of the call is the end of its text. A tiny fragment then
+/// costs an append to a buffered value, not a new key: 1.7× less per byte from 1–4 byte
+/// fragments (`large_arguments` bench).
+fn append_to_buffered_piece(buffer: &mut Buffer, key: &[u8], value: Vec<u8>) -> Option<Vec<u8>> {
+    let Some((prefix, n)) = piece_of(key) else {
+        return Some(value);
+    };
+    if n == 0 {
+        return Some(value);
+    }
+    match buffer.range_mut(..key.to_vec()).next_back() {
+        Some((last_key, Some(text)))
+            if last_key.len() == key.len() && last_key.starts_with(prefix) =>
+        {
+            text.extend_from_slice(&value);
+            None
+        }
+        _ => Some(value),
+    }
+}
+
 impl SledStorage {
     /// Drops every commit made since the last flush, as a crash would (for tests that
     /// simulate a crash in-process: call this, then drop the store and reopen).
@@ -238,9 +265,16 @@ impl Storage for SledStorage {
         let mut buffer = self.buffer();
         for w in set.writes {
             match w {
-                Write::Put(space, k, v) => buffer.insert(prefixed(space, &k), Some(v)),
-                Write::Delete(space, k) => buffer.insert(prefixed(space, &k), None),
-            };
+                Write::Put(space, k, v) => {
+                    let k = prefixed(space, &k);
+                    if let Some(v) = append_to_buffered_piece(&mut buffer, &k, v) {
+                        buffer.insert(k, Some(v));
+                    }
+                }
+                Write::Delete(space, k) => {
+                    buffer.insert(prefixed(space, &k), None);
+                }
+            }
         }
         if buffer.len() >= SPILL_WRITES {
             self.apply_buffer(&mut buffer)?;
@@ -275,5 +309,74 @@ impl Drop for SledStorage {
     /// A clean drop keeps what was committed (a crash does not: that is what `flush` is for).
     fn drop(&mut self) {
         let _ = self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::args_piece;
+
+    const MSG: &[u8] = b"conv\x00msg";
+
+    fn put(s: &SledStorage, piece: u32, text: &str) {
+        let mut w = WriteSet::default();
+        w.put(
+            Space::Args,
+            args_piece(MSG, 0, piece),
+            text.as_bytes().to_vec(),
+        );
+        s.commit(w).unwrap();
+    }
+
+    fn text(s: &SledStorage) -> String {
+        s.scan_prefix(Space::Args, MSG)
+            .unwrap()
+            .into_iter()
+            .map(|(_, v)| String::from_utf8(v).unwrap())
+            .collect()
+    }
+
+    fn buffered_args(s: &SledStorage) -> usize {
+        s.buffer()
+            .keys()
+            .filter(|k| k.first() == Some(&(Space::Args as u8)))
+            .count()
+    }
+
+    #[test]
+    fn appended_pieces_share_one_buffered_value_and_read_back_in_order() {
+        let s = SledStorage::temporary().unwrap();
+        put(&s, 0, "ab");
+        put(&s, 1, "c");
+        put(&s, 2, "d");
+        assert_eq!(text(&s), "abcd");
+        assert_eq!(buffered_args(&s), 1, "pieces 1 and 2 extend piece 0");
+        s.flush().unwrap();
+        put(&s, 3, "e");
+        put(&s, 4, "f");
+        assert_eq!(text(&s), "abcdef", "sled's pieces, then the buffer's");
+        assert_eq!(buffered_args(&s), 1);
+        s.flush().unwrap();
+        assert_eq!(text(&s), "abcdef");
+    }
+
+    #[test]
+    fn a_replace_then_append_reads_only_the_new_text() {
+        let s = SledStorage::temporary().unwrap();
+        put(&s, 0, "old");
+        s.flush().unwrap();
+        put(&s, 1, "-er");
+        // a replace: delete pieces 0..2, write piece 0
+        let mut w = WriteSet::default();
+        for n in 0..2 {
+            w.delete(Space::Args, args_piece(MSG, 0, n));
+        }
+        w.put(Space::Args, args_piece(MSG, 0, 0), b"new".to_vec());
+        s.commit(w).unwrap();
+        put(&s, 1, "!");
+        assert_eq!(text(&s), "new!");
+        s.flush().unwrap();
+        assert_eq!(text(&s), "new!");
     }
 }
