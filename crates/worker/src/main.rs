@@ -7,12 +7,14 @@
 //!   sled store, events printed as JSON lines. No server needed.
 //! - `publish` — `toolstream publish`: a recorded stream to JetStream as a producer would send it.
 //! - `tail` — `toolstream tail`: events as JSON lines, live or from the start of the stream.
+//! - `client_args` — the connection flags `publish` and `tail` share.
 //! - `run` — `toolstream run`: the JetStream worker (config, connection, provisioning, the
 //!   consume → apply → flush → ack loop, the outbox relay, queries, metrics, shutdown).
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod client_args;
 mod config;
 mod connect;
 mod consume;

@@ -24,16 +24,9 @@ const IN_FLIGHT: usize = 256;
 /// Arguments of `toolstream publish`.
 #[derive(Debug, clap::Args)]
 pub struct PublishArgs {
-    /// NATS server URL.
-    #[arg(
-        long,
-        env = "TOOLSTREAM_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    pub nats_url: String,
-    /// Subject prefix (the worker's `subject_prefix`).
-    #[arg(long, env = "TOOLSTREAM_SUBJECT_PREFIX", default_value = "toolstream")]
-    pub subject_prefix: String,
+    /// NATS server and subject prefix.
+    #[command(flatten)]
+    pub client: crate::client_args::ClientArgs,
     /// Provider stream format or vendor alias (openai-chat, anthropic, gemini, ...). When
     /// omitted for chunks, it is detected from the recording's first chunk that says.
     #[arg(long)]
@@ -103,7 +96,7 @@ fn subject(args: &PublishArgs) -> anyhow::Result<String> {
     let kind = if args.results { "results" } else { "chunks" };
     Ok(format!(
         "{}.{kind}.{}.{}",
-        args.subject_prefix, args.conversation, args.message
+        args.client.subject_prefix, args.conversation, args.message
     ))
 }
 
@@ -142,9 +135,7 @@ fn provider(args: &PublishArgs, frames: &[Vec<u8>]) -> anyhow::Result<Option<Pro
 async fn run(args: &PublishArgs, subject: &str) -> anyhow::Result<Published> {
     let frames = read_frames(&args.file)?;
     let provider = provider(args, &frames)?;
-    let client = async_nats::connect(&args.nats_url)
-        .await
-        .with_context(|| format!("connecting to NATS at {}", args.nats_url))?;
+    let client = args.client.connect().await?;
     let js = async_nats::jetstream::new(client.clone());
 
     let mut messages: Vec<(async_nats::HeaderMap, Bytes)> = Vec::with_capacity(frames.len() + 1);
@@ -242,8 +233,10 @@ mod tests {
 
     fn args(results: bool, conv: &str) -> PublishArgs {
         PublishArgs {
-            nats_url: String::new(),
-            subject_prefix: "ts".into(),
+            client: crate::client_args::ClientArgs {
+                nats_url: String::new(),
+                subject_prefix: "ts".into(),
+            },
             provider: None,
             conversation: conv.into(),
             message: "m1".into(),

@@ -17,16 +17,9 @@ use tokio::time::Instant;
 /// Arguments of `toolstream tail`.
 #[derive(Debug, clap::Args)]
 pub struct TailArgs {
-    /// NATS server URL.
-    #[arg(
-        long,
-        env = "TOOLSTREAM_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    pub nats_url: String,
-    /// Subject prefix (the worker's `subject_prefix`).
-    #[arg(long, env = "TOOLSTREAM_SUBJECT_PREFIX", default_value = "toolstream")]
-    pub subject_prefix: String,
+    /// NATS server and subject prefix.
+    #[command(flatten)]
+    pub client: crate::client_args::ClientArgs,
     /// Only this conversation's events (default: every conversation).
     #[arg(long)]
     pub conversation: Option<String>,
@@ -97,7 +90,7 @@ fn filter(args: &TailArgs) -> anyhow::Result<String> {
         Some(c) => c.as_str(),
         None => "*",
     };
-    Ok(format!("{}.events.{conv}.>", args.subject_prefix))
+    Ok(format!("{}.events.{conv}.>", args.client.subject_prefix))
 }
 
 /// A source of event payloads: live subscription or ordered consumer.
@@ -121,9 +114,7 @@ impl Source {
 
 async fn run(args: &TailArgs) -> anyhow::Result<TailEnd> {
     let subject = filter(args)?;
-    let client = async_nats::connect(&args.nats_url)
-        .await
-        .with_context(|| format!("connecting to NATS at {}", args.nats_url))?;
+    let client = args.client.connect().await?;
     let mut source = if args.from_start {
         let js = async_nats::jetstream::new(client.clone());
         let stream_name = js.stream_by_subject(subject.clone()).await.with_context(|| {
@@ -188,8 +179,10 @@ mod tests {
 
     fn args(conv: Option<&str>) -> TailArgs {
         TailArgs {
-            nats_url: String::new(),
-            subject_prefix: "toolstream".into(),
+            client: crate::client_args::ClientArgs {
+                nats_url: String::new(),
+                subject_prefix: "toolstream".into(),
+            },
             conversation: conv.map(String::from),
             from_start: false,
             count: None,
