@@ -66,6 +66,11 @@ fn tool_input_end_is_not_the_end_of_the_call() {
         [ChunkEvent::CallEnd(e)] => {
             assert_eq!(e.at.wire_id.as_deref(), Some("call_1"));
             assert!(e.metadata.contains_key("providerMetadata"), "{e:?}");
+            // lifted to the key the Gemini history encoder renders back
+            assert_eq!(
+                e.metadata.get("thoughtSignature"),
+                Some(&serde_json::json!("sig"))
+            );
         }
         other => panic!("expected one end, got {other:?}"),
     }

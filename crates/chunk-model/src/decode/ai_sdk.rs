@@ -16,6 +16,7 @@
 
 use crate::call::{ResultInput, ToolResult};
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
+use crate::decode::gemini::THOUGHT_SIGNATURE;
 use crate::decode::text::{non_blank_text, provider_message, shorten, JsonText, Text};
 use crate::decode::typed::parse_typed_event;
 use crate::error::DecodeError;
@@ -90,9 +91,21 @@ impl Part<'_> {
     }
 
     /// Provider metadata worth keeping on the call (Gemini `thoughtSignature` travels here).
+    /// `providerMetadata` kept as it is, plus Gemini's thought signature (which the AI SDK
+    /// nests under `providerMetadata.google` or `.vertex`) lifted to the canonical
+    /// `thoughtSignature` key that history rendering reads, as the Gemini decoder stores it.
     fn metadata(&mut self) -> Map<String, Value> {
         let mut map = Map::new();
         if let Some(meta) = self.provider_metadata.take().filter(|m| !m.is_null()) {
+            let signature = ["google", "vertex"].iter().find_map(|vendor| {
+                meta.get(vendor)
+                    .and_then(|v| v.get(THOUGHT_SIGNATURE))
+                    .filter(|s| s.as_str().is_some_and(|t| !t.is_empty()))
+                    .cloned()
+            });
+            if let Some(sig) = signature {
+                map.insert(THOUGHT_SIGNATURE.to_string(), sig);
+            }
             map.insert("providerMetadata".to_string(), meta);
         }
         map
