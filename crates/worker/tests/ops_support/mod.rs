@@ -1,21 +1,20 @@
-//! Support for the query and HTTP integration tests: the real `toolstream run` as a child
-//! process whose `/metrics` + `/healthz` port the test chooses, a tiny HTTP GET, and a NATS
-//! service request that turns `Nats-Service-Error` replies into `Err`.
+//! Support for the query and HTTP integration tests (on top of `common`, which every test
+//! using this module also declares): the worker with a `/metrics` + `/healthz` port the test
+//! chooses, a tiny HTTP GET, and a NATS service request that turns `Nats-Service-Error` replies
+//! into `Err`.
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Default deadline for anything these tests wait for.
-pub const WAIT: Duration = Duration::from_secs(60);
+pub use crate::common::WAIT;
 
-/// `toolstream run` with a known metrics port.
+/// `toolstream run` (the shared [`crate::common::Worker`]) with a `/metrics` + `/healthz`
+/// port the test chose. Derefs to the worker (`log`, `terminate`, ...).
 pub struct OpsWorker {
-    child: Option<Child>,
+    worker: crate::common::Worker,
     /// Port of `/metrics` and `/healthz`.
     pub metrics_port: u16,
-    log_path: std::path::PathBuf,
 }
 
 impl OpsWorker {
@@ -27,34 +26,13 @@ impl OpsWorker {
     /// [`OpsWorker::start`] with extra `toolstream run` flags.
     pub fn start_with(url: &str, data_dir: &Path, extra: &[&str]) -> OpsWorker {
         let metrics_port = toolstream_testkit::free_port();
-        let log_path = data_dir.with_extension("log");
-        let log = std::fs::File::create(&log_path).expect("worker log");
-        let child = Command::new(env!("CARGO_BIN_EXE_toolstream"))
-            .arg("run")
-            .args(["--nats-url", url])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
-            .args(["--fetch-expiry", "1s", "--tick-interval", "200ms"])
-            .args(["--relay-interval", "200ms"])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .env_remove("TOOLSTREAM_CONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("spawn toolstream run");
+        let listen = format!("127.0.0.1:{metrics_port}");
+        let mut args = vec!["--metrics-listen", listen.as_str()];
+        args.extend_from_slice(extra);
         OpsWorker {
-            child: Some(child),
+            worker: crate::common::Worker::start(url, data_dir, &args),
             metrics_port,
-            log_path,
         }
-    }
-
-    /// The worker's log so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
     /// GET `path` on the metrics port: (status, body).
@@ -79,36 +57,18 @@ impl OpsWorker {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
 
-    /// SIGTERM and a bounded wait; whether it exited successfully.
-    pub fn terminate(&mut self) -> bool {
-        let Some(mut c) = self.child.take() else {
-            return false;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Ok(Some(status)) = c.try_wait() {
-                return status.success();
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+impl std::ops::Deref for OpsWorker {
+    type Target = crate::common::Worker;
+    fn deref(&self) -> &Self::Target {
+        &self.worker
     }
 }
 
-impl Drop for OpsWorker {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+impl std::ops::DerefMut for OpsWorker {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.worker
     }
 }
 
