@@ -25,6 +25,15 @@ pub struct Config {
     /// A tool result whose call has not appeared this long after the result arrived becomes
     /// `tool_result.orphaned`.
     pub orphan_grace_ms: u64,
+    /// A message is deleted this long after its `message.completed` was emitted (default 7
+    /// days; `0` keeps everything forever): its state, argument pieces, call-id index
+    /// entries and parked inputs. Its stream records stay as small tombstones (watermark
+    /// only, chunk stream closed) for another `retention_ms`, so a redelivered chunk is a
+    /// duplicate instead of a new open stream. A result arriving later for one of its
+    /// calls finds no call and becomes `tool_result.orphaned` after `orphan_grace_ms`.
+    /// Outbox rows are never deleted by retention (the relay owns them). Work is bounded:
+    /// at most [`crate::store::EXPIRE_PER_TICK`] messages per `Store::tick`.
+    pub retention_ms: u64,
 }
 
 impl Default for Config {
@@ -36,6 +45,7 @@ impl Default for Config {
             idle_timeout_ms: 300_000,
             gap_timeout_ms: 30_000,
             orphan_grace_ms: 600_000,
+            retention_ms: 604_800_000,
         }
     }
 }

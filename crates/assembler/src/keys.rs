@@ -116,6 +116,49 @@ pub fn result_piece(conv: &str, call_id: &str, piece: u32) -> Vec<u8> {
     k
 }
 
+/// What a retention-index entry stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoneTag {
+    /// The message completed at the entry's time: delete it once retention has passed.
+    Message,
+    /// The message was deleted at the entry's time, leaving stream tombstones: delete them
+    /// once retention has passed again.
+    Tombstone,
+}
+
+/// Key in the retention index: time (ms, big-endian), tag, message key. Byte order is time
+/// order, so the oldest entries come first.
+pub fn done(at_ms: u64, tag: DoneTag, conv: &str, msg: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(17 + conv.len() + msg.len());
+    k.extend_from_slice(&at_ms.to_be_bytes());
+    k.push(match tag {
+        DoneTag::Message => b'm',
+        DoneTag::Tombstone => b't',
+    });
+    push_str(&mut k, conv);
+    push_str(&mut k, msg);
+    k
+}
+
+/// Splits a retention-index key back into (time, tag, conversation, message).
+pub fn parse_done(key: &[u8]) -> Option<(u64, DoneTag, String, String)> {
+    let at: [u8; 8] = key.get(..8)?.try_into().ok()?;
+    let tag = match key.get(8)? {
+        b'm' => DoneTag::Message,
+        b't' => DoneTag::Tombstone,
+        _ => return None,
+    };
+    let mut pos = 9;
+    let conv = read_str(key, &mut pos)?;
+    let msg = read_str(key, &mut pos)?;
+    Some((
+        u64::from_be_bytes(at),
+        tag,
+        conv.to_string(),
+        msg.to_string(),
+    ))
+}
+
 /// Meta key: next outbox key.
 pub const META_OUTBOX_NEXT: &[u8] = b"outbox_next";
 /// Meta key: next message order number.

@@ -16,8 +16,11 @@
 //!   - `core::results` — tool results assembled while they wait for their call.
 //! - [`store`] — [`Store`], the imperative shell: `apply` (one atomic commit per input:
 //!   state + outbox rows + watermark), `tick` (gap / idle / orphan timeouts, one commit
-//!   each), `flush` (the durability point), outbox access, snapshots.
+//!   each, then retention of completed messages), `flush` (the durability point), outbox
+//!   access, snapshots.
 //!   - `store::apply` — ordering, decoding, stepping the core, results, dead letters.
+//!   - `store::retention` — deleting completed messages after `retention_ms` (the
+//!     [`storage::Space::Done`] index, stream tombstones, what happens on redelivery).
 //!   - `store::tick`, `store::snapshot`, `store::txn` (a unit of work), `store::inner`
 //!     (cache and timer indexes, rebuilt from storage), [`store::records`].
 //! - [`storage`] — the storage seam with its written contract (what `commit` makes atomic,

@@ -444,6 +444,10 @@ pub struct RunArgs {
     /// A result without its call becomes orphaned after this long [default: 600000].
     #[arg(long, env = "TOOLSTREAM_ORPHAN_GRACE_MS", value_name = "MS")]
     pub orphan_grace_ms: Option<u64>,
+    /// Completed messages are deleted this long after completion; 0 keeps them forever
+    /// [default: 604800000 (7 days)].
+    #[arg(long, env = "TOOLSTREAM_RETENTION_MS", value_name = "MS")]
+    pub retention_ms: Option<u64>,
 }
 
 fn set<T>(slot: &mut T, value: Option<T>) {
@@ -510,6 +514,7 @@ impl RunArgs {
         set(&mut c.assembler.idle_timeout_ms, self.idle_timeout_ms);
         set(&mut c.assembler.gap_timeout_ms, self.gap_timeout_ms);
         set(&mut c.assembler.orphan_grace_ms, self.orphan_grace_ms);
+        set(&mut c.assembler.retention_ms, self.retention_ms);
 
         c.validate()?;
         Ok(c)

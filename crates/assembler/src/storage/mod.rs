@@ -47,11 +47,14 @@ pub enum Space {
     /// Keys of the streams that are open or have parked inputs (loaded at open, so a
     /// restart does not read the stream records of all history).
     Live,
+    /// Retention index: (time, tag, message key) of completed messages and of the stream
+    /// tombstones they leave, oldest first, so expiry is a scan from the start.
+    Done,
 }
 
 impl Space {
     /// Every keyspace, in a fixed order (the order of sled trees in a transaction).
-    pub const ALL: [Space; 8] = [
+    pub const ALL: [Space; 9] = [
         Space::Streams,
         Space::Messages,
         Space::Args,
@@ -60,6 +63,7 @@ impl Space {
         Space::Results,
         Space::Meta,
         Space::Live,
+        Space::Done,
     ];
 
     /// Position in [`Space::ALL`].
@@ -78,6 +82,7 @@ impl Space {
             Space::Results => "results",
             Space::Meta => "meta",
             Space::Live => "live",
+            Space::Done => "done",
         }
     }
 }

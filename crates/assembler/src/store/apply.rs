@@ -236,6 +236,12 @@ pub(crate) fn after_step(
     };
     if let Some(ev) = done {
         txn.emit(&ev)?;
+        // The retention clock starts in the same commit that completes the message.
+        txn.writes.put(
+            Space::Done,
+            keys::done(now, keys::DoneTag::Message, conv, msg),
+            Vec::new(),
+        );
     }
     txn.stream_mut(&keys::stream(InputKind::Chunk, conv, msg))?
         .open = open;

@@ -4,7 +4,9 @@
 //!
 //! - `txn` — one unit of work: loads state through the cache, collects writes, commits.
 //! - `apply` — ordering, decoding, stepping the core, results, dead letters.
-//! - `tick` — gap, idle and orphan timeouts.
+//! - `tick` — gap, idle and orphan timeouts, then retention.
+//! - `retention` — deleting completed messages `retention_ms` after completion (bounded per
+//!   tick; the redelivery decision is documented there).
 //! - `snapshot` — what is stored for a message or a conversation.
 //! - [`records`] — stored record forms.
 //! - `inner` — the in-memory part: cache, timers index, counters; rebuilt from storage on
@@ -13,6 +15,7 @@
 mod apply;
 mod inner;
 pub mod records;
+mod retention;
 mod snapshot;
 mod tick;
 mod txn;
@@ -30,6 +33,8 @@ use inner::Inner;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use retention::EXPIRE_PER_TICK;
 
 /// The assembler store. Cheap to clone (shared handles); `Send + Sync`. `apply` and `tick`
 /// are serialized internally (one writer); outbox reads and removals run alongside.
@@ -114,8 +119,10 @@ impl Store {
         self.settle(&mut inner, result)
     }
 
-    /// Runs the timeouts due at `now_ms` (gap, idle, orphaned results); each change is one
-    /// commit. Returns the number of events created.
+    /// Runs the timeouts due at `now_ms` (gap, idle, orphaned results), then retention
+    /// (completed messages older than `retention_ms`, at most [`EXPIRE_PER_TICK`] per call,
+    /// each deleted in one commit); each change is one commit. Returns the number of events
+    /// created (retention creates none).
     pub fn tick(&self, now_ms: u64) -> Result<usize, StoreError> {
         let mut inner = self.locked()?;
         let storage = self.storage.as_ref();

@@ -1,5 +1,6 @@
 //! Timeouts, each change its own commit: unfilled sequence gaps, idle streams, results whose
-//! call never appeared. See [`crate::core::order`] for the gap decision.
+//! call never appeared, then retention (see `store::retention`). See [`crate::core::order`]
+//! for the gap decision.
 
 use super::apply::{after_step, drain, orphan};
 use super::inner::Inner;
@@ -92,6 +93,7 @@ pub(crate) fn tick(
         orphan(&mut txn, &conv, &id)?;
         done(txn.commit()?);
     }
+    super::retention::expire(inner, storage, now)?;
     Ok(total)
 }
 

@@ -1,0 +1,186 @@
+//! Retention: deleting completed messages `retention_ms` after their `message.completed`,
+//! each message in ONE commit, a bounded number per tick.
+//!
+//! The retention index ([`Space::Done`]) holds `(time, tag, message key)`, written in the
+//! commit that completes a message, so expiry scans from the oldest entry and stops at the
+//! first one not due: no scan of all history.
+//!
+//! Deleting a message removes its state record, its argument pieces (text and path), the
+//! call-id index entries that point at it, and the parked inputs of its chunk and result
+//! streams. Its stream records are replaced by tombstones that keep only the watermark (the
+//! chunk stream also `closed`), indexed for deletion one more `retention_ms` later.
+//!
+//! Redelivery decision: a redelivered chunk of a deleted message meets its tombstone and is
+//! a duplicate (or, past the watermark, consumed without effect as on any closed stream), so
+//! it never re-opens the message. Once the tombstone is gone too (2 × `retention_ms` after
+//! completion, far beyond any JetStream redelivery or `max_age` in practice) such a chunk
+//! would start a new message. A result that arrives for a call of a deleted message finds no
+//! call: it waits `orphan_grace_ms` and becomes `tool_result.orphaned` (recorded on a new
+//! record for its results subject's message, which retention does not delete: it never
+//! completes). The result-stream tombstone is not closed, so such new results still apply.
+//! Messages completed before the index existed have no entry and are kept. Outbox rows are
+//! never touched (the relay owns them), nor the conversation's provider record.
+
+use super::inner::Inner;
+use super::records::{from_bytes, to_bytes, CallIndex};
+use crate::core::{MessagePhase, MessageState, PendingResult, StreamState};
+use crate::error::StoreError;
+use crate::input::InputKind;
+use crate::keys::{self, DoneTag, ResultTag};
+use crate::storage::{Space, Storage, WriteSet};
+
+/// Most retention-index entries handled by one tick (messages deleted or tombstones
+/// dropped), so one tick never stalls the consume loop; the rest wait for the next tick.
+pub const EXPIRE_PER_TICK: usize = 1_000;
+
+/// Deletes what is due at `now`, oldest first, at most [`EXPIRE_PER_TICK`] entries. Returns
+/// the number of entries handled.
+pub(crate) fn expire(
+    inner: &mut Inner,
+    storage: &dyn Storage,
+    now: u64,
+) -> Result<usize, StoreError> {
+    let retention = inner.config.retention_ms;
+    if retention == 0 {
+        return Ok(0);
+    }
+    let mut handled = 0;
+    for (key, _) in storage.first_n(Space::Done, EXPIRE_PER_TICK)? {
+        let (at, tag, conv, msg) = keys::parse_done(&key).ok_or(StoreError::Corrupt {
+            space: "done",
+            detail: "unreadable retention key".into(),
+        })?;
+        if now.saturating_sub(at) < retention {
+            break;
+        }
+        match tag {
+            DoneTag::Message => delete_message(inner, storage, &key, &conv, &msg, now)?,
+            DoneTag::Tombstone => drop_tombstones(inner, storage, &key, &conv, &msg)?,
+        }
+        handled += 1;
+    }
+    Ok(handled)
+}
+
+/// The stream's current state: the cache holds the newest for live streams.
+fn stream_state(
+    inner: &Inner,
+    storage: &dyn Storage,
+    skey: &[u8],
+) -> Result<Option<StreamState>, StoreError> {
+    if let Some(st) = inner.streams.get(skey) {
+        return Ok(Some(st.clone()));
+    }
+    match storage.get(Space::Streams, skey)? {
+        Some(v) => Ok(Some(from_bytes("streams", &v)?)),
+        None => Ok(None),
+    }
+}
+
+/// Deletes one completed message in one commit, leaving stream tombstones.
+fn delete_message(
+    inner: &mut Inner,
+    storage: &dyn Storage,
+    done_key: &[u8],
+    conv: &str,
+    msg: &str,
+    now: u64,
+) -> Result<(), StoreError> {
+    let mkey = keys::message(conv, msg);
+    let mut w = WriteSet::default();
+    w.delete(Space::Done, done_key.to_vec());
+    // Results waiting (still streaming) for one of its calls: they lose their call and
+    // become orphans after the grace period.
+    let mut unmatched: Vec<(String, u64)> = Vec::new();
+    let message = match storage.get(Space::Messages, &mkey)? {
+        Some(v) => Some(from_bytes::<MessageState>("messages", &v)?),
+        None => None,
+    };
+    if message
+        .as_ref()
+        .is_some_and(|m| m.phase != MessagePhase::Completed)
+    {
+        // Not the message that completed (cannot happen: a completed message stays so);
+        // drop the stale entry and touch nothing else.
+        return storage.commit(w);
+    }
+    if let Some(m) = message {
+        for id in m.calls.iter().filter_map(|c| c.id.as_deref()) {
+            let ikey = keys::result(ResultTag::CallIndex, conv, id);
+            let Some(v) = storage.get(Space::Results, &ikey)? else {
+                continue;
+            };
+            let index: CallIndex = from_bytes("results", &v)?;
+            if index.message_id != msg {
+                continue;
+            }
+            w.delete(Space::Results, ikey);
+            let pkey = keys::result(ResultTag::Pending, conv, id);
+            if let Some(v) = storage.get(Space::Results, &pkey)? {
+                let pending: PendingResult = from_bytes("results", &v)?;
+                unmatched.push((id.to_string(), pending.received_ms));
+            }
+        }
+        w.delete(Space::Messages, mkey.clone());
+        for (k, _) in storage.scan_prefix(Space::Args, &mkey)? {
+            w.delete(Space::Args, k);
+        }
+    }
+    let mut tombstoned = Vec::new();
+    for kind in [InputKind::Chunk, InputKind::Result] {
+        let skey = keys::stream(kind, conv, msg);
+        for (k, _) in storage.scan_prefix(Space::Parked, &skey)? {
+            w.delete(Space::Parked, k);
+        }
+        let Some(mut st) = stream_state(inner, storage, &skey)? else {
+            continue;
+        };
+        st.discard_parked();
+        st.open = false;
+        st.closed = kind == InputKind::Chunk;
+        w.put(Space::Streams, skey.clone(), to_bytes("streams", &st)?);
+        w.delete(Space::Live, skey.clone());
+        tombstoned.push(skey);
+    }
+    if !tombstoned.is_empty() {
+        w.put(
+            Space::Done,
+            keys::done(now, DoneTag::Tombstone, conv, msg),
+            Vec::new(),
+        );
+    }
+    storage.commit(w)?;
+    for skey in &tombstoned {
+        inner.streams.remove(skey);
+        inner.open.remove(skey);
+        inner.gapped.remove(skey);
+    }
+    inner.messages.remove(&mkey);
+    for (id, received_ms) in unmatched {
+        inner
+            .pending
+            .entry((conv.to_string(), id))
+            .or_insert(received_ms);
+    }
+    Ok(())
+}
+
+/// Deletes a deleted message's stream tombstones (one commit). A stream that became live
+/// again since (a result stream waiting behind a gap) is left to its own timers.
+fn drop_tombstones(
+    inner: &mut Inner,
+    storage: &dyn Storage,
+    done_key: &[u8],
+    conv: &str,
+    msg: &str,
+) -> Result<(), StoreError> {
+    let mut w = WriteSet::default();
+    w.delete(Space::Done, done_key.to_vec());
+    for kind in [InputKind::Chunk, InputKind::Result] {
+        let skey = keys::stream(kind, conv, msg);
+        if !inner.streams.contains_key(&skey) {
+            w.delete(Space::Streams, skey);
+        }
+    }
+    storage.commit(w)
+}
