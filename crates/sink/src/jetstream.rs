@@ -29,7 +29,7 @@ pub const HEADER_REASON: &str = "Toolstream-Reason";
 /// What the relay needs from the store: the oldest rows, and deleting rows. Blocking calls;
 /// the relay runs them on the blocking pool.
 pub trait Outbox: Send + Sync + 'static {
-    /// Up to `limit` oldest rows, oldest first.
+    /// Up to `limit` oldest *durable* rows (made durable by a flush), oldest first.
     fn peek(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError>;
     /// Deletes the rows with these keys (missing keys are fine).
     fn remove(&self, keys: &[u64]) -> Result<(), StoreError>;

@@ -1,5 +1,5 @@
 //! The consume loop of design.md: fetch a batch → parse subject and headers into assembler
-//! inputs → apply each (one sled transaction each) → ONE flush → ack the batch → wake the relay.
+//! inputs → apply each (one atomic commit each) → ONE flush → ack the batch → wake the relay.
 //!
 //! Every message gets exactly one of these decisions ([`Disposition`]), made once:
 //! - applied, duplicate or parked → `Ack` after the flush;
@@ -583,7 +583,7 @@ fn apply_with_retry(store: &Store, input: &Input<'_>, now: u64) -> Result<Applie
     }
 }
 
-/// Applies inputs in order (one transaction each, storage errors retried in place), stopping
+/// Applies inputs in order (one atomic commit each, storage errors retried in place), stopping
 /// at the first input that still fails, then flushes once. Blocking.
 fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
     let started = Instant::now();

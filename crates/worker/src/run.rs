@@ -272,14 +272,12 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     trigger.trigger();
 
     // The batch in hand is finished; make everything durable before draining.
-    let flush_store = Arc::clone(&store);
-    match tokio::task::spawn_blocking(move || flush_store.flush()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "final flush failed"),
-        Err(e) => tracing::error!(error = %e, "final flush task failed"),
-    }
+    flush_at_exit(&store, "final flush").await;
     relay_stop.trigger();
     let drained = relay_handle.await.unwrap_or(Drained::Incomplete);
+    // The drain deleted published rows; make those deletions durable too, so a restart does
+    // not publish them again (outside the duplicate window they would show twice).
+    flush_at_exit(&store, "flush after the outbox drain").await;
 
     // The services stop on the shutdown signal; none of these waits may hang the exit (a
     // disconnected client cannot flush).
@@ -312,4 +310,15 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Flushes the store on the blocking pool, logging (not returning) a failure: at exit there is
+/// nothing left to retry, and what was not flushed is redelivered after a restart.
+async fn flush_at_exit(store: &Arc<Store>, what: &'static str) {
+    let store = Arc::clone(store);
+    match tokio::task::spawn_blocking(move || store.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "{what} failed"),
+        Err(e) => tracing::error!(error = %e, "{what} task failed"),
+    }
 }

@@ -94,17 +94,28 @@ impl SledStorage {
         }
     }
 
-    /// Applies the buffer to sled as one atomic batch (not fsynced).
+    /// Applies the buffer to sled as one atomic batch (not fsynced). The buffer is emptied
+    /// only once sled took the batch: on an error every commit stays buffered (readers still
+    /// see it, and the next flush tries again), so nothing the caller was told is committed
+    /// disappears.
     fn apply_buffer(&self, buffer: &mut Buffer) -> Result<(), StoreError> {
         if buffer.is_empty() {
             return Ok(());
         }
+        self.tree.apply_batch(Self::batch_of(buffer))?;
+        buffer.clear();
+        Ok(())
+    }
+
+    /// The buffer as one sled batch.
+    fn batch_of(buffer: &Buffer) -> sled::Batch {
         let mut batch = sled::Batch::default();
         // A run of consecutive argument pieces of one call is written as its first piece
         // holding their concatenation (see `Space::Args`): one sled write instead of one per
         // fragment.
         let mut run: Option<(Vec<u8>, u32, Vec<u8>)> = None;
-        for (k, v) in std::mem::take(buffer) {
+        for (k, v) in buffer.iter() {
+            let (k, v) = (k.clone(), v.clone());
             let piece = piece_of(&k);
             if let (Some((first_key, last, text)), Some((prefix, n)), Some(bytes)) =
                 (run.as_mut(), piece, v.as_ref())
@@ -130,8 +141,7 @@ impl SledStorage {
         if let Some((key, _, text)) = run.take() {
             batch.insert(key, text);
         }
-        self.tree.apply_batch(batch)?;
-        Ok(())
+        batch
     }
 
     /// Up to `limit` live pairs under `space`/`prefix`: sled's, overlaid with the buffer.
