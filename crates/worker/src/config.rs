@@ -270,6 +270,27 @@ impl Config {
         if self.relay.batch == 0 {
             bail!("relay.batch must be at least 1");
         }
+        // Intervals and timeouts feed tokio timers, which panic on a zero period or on an
+        // instant past the end of time: keep them in a sane range.
+        let day = Duration::from_secs(86_400);
+        for (field, value) in [
+            ("consumer.tick_interval", c.tick_interval.get()),
+            ("relay.interval", self.relay.interval.get()),
+        ] {
+            if value < Duration::from_millis(1) || value > day {
+                bail!("{field} must be between 1ms and 24h");
+            }
+        }
+        for (field, value) in [
+            ("consumer.ack_wait", c.ack_wait.get()),
+            ("consumer.fetch_expiry", c.fetch_expiry.get()),
+            ("consumer.nak_delay", c.nak_delay.get()),
+            ("relay.shutdown_timeout", self.relay.shutdown_timeout.get()),
+        ] {
+            if value > day {
+                bail!("{field} must be at most 24h");
+            }
+        }
         validate_prefix(&self.subject_prefix)?;
         for (field, name) in [
             ("streams.input", &self.streams.input),
@@ -569,6 +590,21 @@ mod tests {
         assert_eq!(c.subject_prefix, "filepre", "file wins over default");
         assert_eq!(c.consumer.ack_wait.get(), Duration::from_secs(30));
         assert_eq!(c.consumer.max_deliver, 5, "default stays");
+    }
+
+    /// tokio's `interval` panics on a zero period, and `Instant + huge` overflows: such
+    /// values used to pass validation and crash the worker at start.
+    #[test]
+    fn timer_settings_that_would_panic_are_refused_with_their_name() {
+        for (flags, field) in [
+            (["--tick-interval", "0s"], "consumer.tick_interval"),
+            (["--relay-interval", "0s"], "relay.interval"),
+            (["--shutdown-timeout", "400000h"], "relay.shutdown_timeout"),
+        ] {
+            let cli = Cli::parse_from(["x", flags[0], flags[1]]);
+            let err = cli.args.resolve().unwrap_err();
+            assert!(err.to_string().contains(field), "{flags:?}: {err}");
+        }
     }
 
     #[test]

@@ -346,15 +346,15 @@ impl ConsumeLoop {
         Ok(futures::stream::select_all(streams))
     }
 
-    /// Runs timeouts and flushes what they wrote.
+    /// Runs timeouts and retention, and flushes what they wrote. The flush is unconditional:
+    /// retention deletes without creating events, and an idle worker would otherwise keep
+    /// those deletions in memory (a flush with nothing buffered costs one sled flush call).
     async fn tick(&self) {
         let store = Arc::clone(&self.store);
         let now = now_ms();
         let result = tokio::task::spawn_blocking(move || {
             let changed = store.tick(now)?;
-            if changed > 0 {
-                store.flush()?;
-            }
+            store.flush()?;
             Ok::<usize, StoreError>(changed)
         })
         .await;

@@ -147,7 +147,8 @@ async fn run(args: &TailArgs) -> anyhow::Result<TailEnd> {
         )
     };
     eprintln!("toolstream tail: following {subject}");
-    let deadline = args.timeout.map(|t| Instant::now() + t);
+    // A timeout beyond what the clock can represent means "no deadline".
+    let deadline = args.timeout.and_then(|t| Instant::now().checked_add(t));
     let mut seen = 0u64;
     let stdout = std::io::stdout();
     loop {
