@@ -11,8 +11,9 @@ pub struct Config {
     /// exceed it ends *that* call `invalid` with reason `argument_limit`; the text assembled so
     /// far is kept.
     pub max_argument_bytes: usize,
-    /// Most calls one message may hold (default 256). Further calls end `invalid` with reason
-    /// `call_limit` as soon as they appear; their argument text is not stored.
+    /// Calls per message (default 256). Calls past it end `invalid` with reason `call_limit`
+    /// as soon as they appear; their argument text is not stored, but each still keeps a small
+    /// record (id, name) in the message.
     pub max_calls_per_message: usize,
     /// Most chunk streams open at once (default 100,000). A chunk that would open one more is
     /// dead-lettered with reason `open_stream_limit`.

@@ -10,7 +10,6 @@
 //! with no name and no arguments that matches no call (the stop of a text block) changes
 //! nothing. Once the message has ended, call statements change nothing.
 
-use super::emit;
 use super::end::{emit_started, end_call, end_message, EndHow};
 use super::state::{CallState, Limits, MessageState};
 use crate::input::Control;
@@ -343,9 +342,4 @@ fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepO
 /// calls `abandoned` with `reason`, which is also the finish reason.
 pub fn abandon(msg: &mut MessageState, reason: &str, out: &mut StepOutput) {
     end_message(msg, reason, EndHow::Abandon(reason.to_string()), out);
-}
-
-/// The canonical call of position `pos`, for snapshots.
-pub fn snapshot_call(msg: &MessageState, pos: usize) -> Option<chunk_model::ToolCall> {
-    msg.calls.get(pos).map(|c| emit::tool_call(msg, pos, c))
 }

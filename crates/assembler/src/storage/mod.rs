@@ -13,9 +13,10 @@
 //! - Keys are compared as bytes; [`crate::keys`] builds keys whose byte order is the
 //!   wanted order.
 //!
-//! Two implementations: [`sled_backend::SledStorage`] (one sled tree per keyspace, a commit is
-//! one multi-tree sled transaction, `flush` is `Db::flush`) and [`memory::MemoryStorage`]
-//! (`BTreeMap`s behind a mutex, flush is a no-op and nothing survives a drop) for tests.
+//! Two implementations: [`sled_backend::SledStorage`] (every keyspace in one sled tree under a
+//! one-byte prefix; commits go to a write-back buffer that `flush` writes as one atomic sled
+//! batch, then `Db::flush`) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex, flush is
+//! a no-op and nothing survives a drop) for tests.
 
 pub mod memory;
 pub mod sled_backend;
@@ -25,7 +26,7 @@ use crate::error::StoreError;
 /// A stored (key, value) pair.
 pub type Pair = (Vec<u8>, Vec<u8>);
 
-/// A keyspace (a sled tree).
+/// A keyspace (a one-byte key prefix in the sled tree).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Space {
     /// Per-stream ordering state: watermark, parked sequence numbers, timers.
@@ -53,7 +54,7 @@ pub enum Space {
 }
 
 impl Space {
-    /// Every keyspace, in a fixed order (the order of sled trees in a transaction).
+    /// Every keyspace, in a fixed order.
     pub const ALL: [Space; 9] = [
         Space::Streams,
         Space::Messages,
@@ -69,21 +70,6 @@ impl Space {
     /// Position in [`Space::ALL`].
     pub fn position(self) -> usize {
         self as usize
-    }
-
-    /// The tree name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Space::Streams => "streams",
-            Space::Messages => "messages",
-            Space::Args => "args",
-            Space::Parked => "parked",
-            Space::Outbox => "outbox",
-            Space::Results => "results",
-            Space::Meta => "meta",
-            Space::Live => "live",
-            Space::Done => "done",
-        }
     }
 }
 
