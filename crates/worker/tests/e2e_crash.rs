@@ -38,25 +38,9 @@ async fn sigkill_mid_run_and_restart_loses_nothing_and_duplicates_nothing() {
 
     let expected_events: usize = (0..MESSAGES).map(|i| 2 * calls_of(i).len() + 1).sum();
     let publishing = Arc::new(AtomicBool::new(true));
-    let mut tasks = Vec::new();
-    for i in 0..MESSAGES {
-        let producer = producer.clone();
-        tasks.push(tokio::spawn(async move {
-            for (seq, body) in openai_chat_stream(&calls_of(i)).iter().enumerate() {
-                producer
-                    .chunk(
-                        &format!("c{i}"),
-                        &format!("m{i}"),
-                        "openai-chat",
-                        seq as u64,
-                        body,
-                    )
-                    .await;
-                // pace the producers so that kills land while input is still flowing
-                tokio::time::sleep(Duration::from_millis(60)).await;
-            }
-        }));
-    }
+    // pace the producers so that kills land while input is still flowing
+    let tasks =
+        spawn_paced_openai_streams(&producer, MESSAGES, calls_of, Duration::from_millis(60));
     let done_publishing = Arc::clone(&publishing);
     let all_published = tokio::spawn(async move {
         for t in tasks {

@@ -32,24 +32,8 @@ async fn server_killed_and_restarted_under_load_every_stream_still_completes() {
     worker.wait_ready();
     let producer = Producer::new(js.clone());
 
-    let mut tasks = Vec::new();
-    for i in 0..MESSAGES {
-        let producer = producer.clone();
-        tasks.push(tokio::spawn(async move {
-            for (seq, body) in openai_chat_stream(&calls_of(i)).iter().enumerate() {
-                producer
-                    .chunk(
-                        &format!("c{i}"),
-                        &format!("m{i}"),
-                        "openai-chat",
-                        seq as u64,
-                        body,
-                    )
-                    .await;
-                tokio::time::sleep(Duration::from_millis(40)).await;
-            }
-        }));
-    }
+    let tasks =
+        spawn_paced_openai_streams(&producer, MESSAGES, calls_of, Duration::from_millis(40));
 
     // Let some of the run happen, then take the server away under load and bring it back.
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");

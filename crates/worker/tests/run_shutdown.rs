@@ -31,24 +31,8 @@ async fn sigterm_mid_run_drains_and_a_restart_finishes_everything_once() {
     worker.wait_ready();
     let producer = Producer::new(js.clone());
 
-    let mut tasks = Vec::new();
-    for i in 0..MESSAGES {
-        let producer = producer.clone();
-        tasks.push(tokio::spawn(async move {
-            for (seq, body) in openai_chat_stream(&calls_of(i)).iter().enumerate() {
-                producer
-                    .chunk(
-                        &format!("c{i}"),
-                        &format!("m{i}"),
-                        "openai-chat",
-                        seq as u64,
-                        body,
-                    )
-                    .await;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }));
-    }
+    let tasks =
+        spawn_paced_openai_streams(&producer, MESSAGES, calls_of, Duration::from_millis(50));
 
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
     events

@@ -304,6 +304,36 @@ impl Producer {
     }
 }
 
+/// Streams message `i` (conversation `c{i}`, message `m{i}`) as the OpenAI chat chunks of
+/// `calls_of(i)` for every `i` in `0..messages`, one task per message, pausing `pace` between
+/// chunks so that a test can kill or restart things while input is still flowing.
+pub fn spawn_paced_openai_streams(
+    producer: &Producer,
+    messages: usize,
+    calls_of: fn(usize) -> Vec<Call>,
+    pace: Duration,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..messages)
+        .map(|i| {
+            let producer = producer.clone();
+            tokio::spawn(async move {
+                for (seq, body) in openai_chat_stream(&calls_of(i)).iter().enumerate() {
+                    producer
+                        .chunk(
+                            &format!("c{i}"),
+                            &format!("m{i}"),
+                            "openai-chat",
+                            seq as u64,
+                            body,
+                        )
+                        .await;
+                    tokio::time::sleep(pace).await;
+                }
+            })
+        })
+        .collect()
+}
+
 /// One message read from a stream.
 #[derive(Debug, Clone)]
 pub struct Read {
