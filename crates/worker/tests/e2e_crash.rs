@@ -7,7 +7,6 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,14 +77,7 @@ async fn sigkill_mid_run_and_restart_loses_nothing_and_duplicates_nothing() {
     );
     events.poll().await;
 
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for e in &events.all {
-        *counts
-            .entry(e.json()["event_id"].as_str().unwrap().to_string())
-            .or_default() += 1;
-    }
-    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "events published twice: {twice:?}");
+    assert_each_event_once(&events.all);
     assert_eq!(
         events.all.len(),
         expected_events,
@@ -126,17 +118,9 @@ async fn abort_between_puback_and_outbox_delete_republishes_without_duplicates()
     let producer = Producer::new(js.clone());
     const N: usize = 6;
     for i in 0..N {
-        for (seq, body) in openai_chat_stream(&calls_of(i)).iter().enumerate() {
-            producer
-                .chunk(
-                    &format!("c{i}"),
-                    &format!("m{i}"),
-                    "openai-chat",
-                    seq as u64,
-                    body,
-                )
-                .await;
-        }
+        producer
+            .openai_stream(&format!("c{i}"), &format!("m{i}"), &calls_of(i))
+            .await;
     }
     assert_eq!(
         worker.wait_exit(WAIT),
@@ -165,14 +149,7 @@ async fn abort_between_puback_and_outbox_delete_republishes_without_duplicates()
         .await;
     assert!(worker.terminate(), "{}", tail(&worker.log(), 20));
     events.poll().await;
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for e in &events.all {
-        *counts
-            .entry(e.json()["event_id"].as_str().unwrap().to_string())
-            .or_default() += 1;
-    }
-    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "events published twice: {twice:?}");
+    assert_each_event_once(&events.all);
     assert_eq!(events.all.len(), expected);
     assert!(
         worker.log().contains("confirmed as duplicates"),
@@ -202,17 +179,9 @@ async fn abort_between_flush_and_ack_applies_no_input_twice() {
     assert!(first.terminate());
     let producer = Producer::new(js.clone());
     for i in 0..N {
-        for (seq, body) in openai_chat_stream(&calls_of(i)).iter().enumerate() {
-            producer
-                .chunk(
-                    &format!("c{i}"),
-                    &format!("m{i}"),
-                    "openai-chat",
-                    seq as u64,
-                    body,
-                )
-                .await;
-        }
+        producer
+            .openai_stream(&format!("c{i}"), &format!("m{i}"), &calls_of(i))
+            .await;
     }
     let mut worker = Worker::start_with_env(
         &server.url(),

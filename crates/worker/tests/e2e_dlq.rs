@@ -217,11 +217,7 @@ async fn an_event_larger_than_max_payload_is_dead_lettered_and_blocks_nothing() 
             .await;
     }
     // a normal stream behind it
-    for (seq, body) in openai_chat_stream(&good_calls(0)).iter().enumerate() {
-        producer
-            .chunk("g0", "gm0", "openai-chat", seq as u64, body)
-            .await;
-    }
+    producer.openai_stream("g0", "gm0", &good_calls(0)).await;
 
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
     events

@@ -6,7 +6,6 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::time::Duration;
 use toolstream_testkit::NatsServer;
 
@@ -72,14 +71,7 @@ async fn server_killed_and_restarted_under_load_every_stream_still_completes() {
     );
     events.poll().await;
 
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for e in &events.all {
-        *counts
-            .entry(e.json()["event_id"].as_str().unwrap().to_string())
-            .or_default() += 1;
-    }
-    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "events published twice: {twice:?}");
+    assert_each_event_once(&events.all);
     assert_eq!(events.all.len(), expected_events);
     let grouped = by_message(&events.all);
     for i in 0..MESSAGES {
@@ -120,11 +112,7 @@ async fn a_worker_started_before_its_server_connects_once_the_server_is_up() {
 
     let js = async_nats::jetstream::new(client(&server.url()).await);
     let producer = Producer::new(js.clone());
-    for (seq, body) in openai_chat_stream(&calls_of(1)).iter().enumerate() {
-        producer
-            .chunk("late", "m1", "openai-chat", seq as u64, body)
-            .await;
-    }
+    producer.openai_stream("late", "m1", &calls_of(1)).await;
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
     events
         .until(

@@ -168,17 +168,9 @@ async fn two_partitions_two_workers_every_stream_assembled_once() {
         }]
     };
     for i in 0..N {
-        for (seq, body) in openai_chat_stream(&calls(i)).iter().enumerate() {
-            producer
-                .chunk(
-                    &format!("conv{i}"),
-                    &format!("msg{i}"),
-                    "openai-chat",
-                    seq as u64,
-                    body,
-                )
-                .await;
-        }
+        producer
+            .openai_stream(&format!("conv{i}"), &format!("msg{i}"), &calls(i))
+            .await;
         // the result travels through the partition's results consumer
         producer
             .result(

@@ -7,7 +7,6 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::time::Duration;
 use toolstream_testkit::NatsServer;
 
@@ -74,13 +73,7 @@ async fn sigterm_mid_run_drains_and_a_restart_finishes_everything_once() {
         "the run really was interrupted ({at_exit} events at exit)"
     );
 
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for e in &events.all {
-        *counts
-            .entry(e.json()["event_id"].as_str().unwrap().to_string())
-            .or_default() += 1;
-    }
-    assert!(counts.values().all(|n| *n == 1), "an event published twice");
+    assert_each_event_once(&events.all);
     assert_eq!(events.all.len(), 3 * MESSAGES);
     let grouped = by_message(&events.all);
     for i in 0..MESSAGES {
@@ -102,11 +95,7 @@ async fn sigterm_while_the_server_is_down_still_exits() {
     wait_provisioned(&js, "toolstream").await;
     worker.wait_ready();
     let producer = Producer::new(js.clone());
-    for (seq, body) in openai_chat_stream(&calls_of(0)).iter().enumerate() {
-        producer
-            .chunk("c0", "m0", "openai-chat", seq as u64, body)
-            .await;
-    }
+    producer.openai_stream("c0", "m0", &calls_of(0)).await;
     server.kill();
     // no wall-clock assertion: terminate() only bounds the wait by the harness deadline
     assert!(

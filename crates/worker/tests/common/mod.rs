@@ -284,8 +284,15 @@ impl Producer {
         h.insert("Toolstream-Provider", provider);
         h.insert("Toolstream-Seq", seq.to_string().as_str());
         let subject = format!("{}.chunks.{conv}.{msg}", self.prefix);
-        self.publish(&subject, h, &format!("{msg}:{seq}"), body)
+        self.publish(&subject, h, &format!("{conv}:{msg}:{seq}"), body)
             .await;
+    }
+
+    /// Publishes a whole OpenAI chat stream carrying `calls` as message `msg`.
+    pub async fn openai_stream(&self, conv: &str, msg: &str, calls: &[Call]) {
+        for (seq, body) in openai_chat_stream(calls).iter().enumerate() {
+            self.chunk(conv, msg, "openai-chat", seq as u64, body).await;
+        }
     }
 
     /// Publishes a whole tool result on the results subject of `msg`.
@@ -297,7 +304,7 @@ impl Producer {
         self.publish(
             &subject,
             h,
-            &format!("{msg}:r{seq}"),
+            &format!("{conv}:{msg}:r{seq}"),
             body.to_string().as_bytes(),
         )
         .await;
@@ -458,6 +465,20 @@ pub fn by_message(events: &[Read]) -> BTreeMap<(String, String), Vec<Value>> {
         out.entry(key).or_default().push(v);
     }
     out
+}
+
+/// Asserts that no `event_id` occurs twice among `events` (JetStream's dedupe held).
+pub fn assert_each_event_once(events: &[Read]) {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for e in events {
+        let id = e.json()["event_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        *counts.entry(id).or_default() += 1;
+    }
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "events published twice: {twice:?}");
 }
 
 /// Number of `message.completed` events read so far.
