@@ -10,6 +10,30 @@ use ops_support::{query, OpsWorker, WAIT};
 use serde_json::{json, Value};
 use toolstream_testkit::NatsServer;
 
+/// A nats-server, a worker whose `/healthz` answers 200, and a client; dropped in this order.
+struct Running {
+    worker: OpsWorker,
+    client: async_nats::Client,
+    _dir: tempfile::TempDir,
+    _server: NatsServer,
+}
+
+impl Running {
+    async fn start() -> Running {
+        let server = NatsServer::start().expect("nats-server");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let worker = OpsWorker::start(&server.url(), &dir.path().join("data"));
+        worker.wait_status("/healthz", 200).await;
+        let client = common::client(&server.url()).await;
+        Running {
+            worker,
+            client,
+            _dir: dir,
+            _server: server,
+        }
+    }
+}
+
 fn call(id: &str, name: &str, args: Value) -> Call {
     Call {
         id: id.into(),
@@ -85,21 +109,18 @@ fn events_of(events: &StreamLog, conv: &str, msg: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn query_message_after_completion_equals_what_the_events_said() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let worker = OpsWorker::start(&server.url(), &dir.path().join("data"));
-    worker.wait_status("/healthz", 200).await;
-    let client = common::client(&server.url()).await;
+    let running = Running::start().await;
+    let (worker, client) = (&running.worker, &running.client);
     let js = async_nats::jetstream::new(client.clone());
     ops_support::wait_provisioned(&js, 1).await;
     let producer = Producer::new(js.clone());
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
-    stream_conversation(&producer, &mut events, &worker, "refresh1").await;
+    stream_conversation(&producer, &mut events, worker, "refresh1").await;
 
     for msg in ["m1", "m2"] {
         let live = events_of(&events, "refresh1", msg);
         let stored = query(
-            &client,
+            client,
             &format!("toolstream.query.message.refresh1.{msg}"),
             "",
         )
@@ -145,19 +166,16 @@ async fn query_message_after_completion_equals_what_the_events_said() {
 
 #[tokio::test]
 async fn query_history_is_provider_valid_with_truncated_results_and_no_orphans() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let worker = OpsWorker::start(&server.url(), &dir.path().join("data"));
-    worker.wait_status("/healthz", 200).await;
-    let client = common::client(&server.url()).await;
+    let running = Running::start().await;
+    let (worker, client) = (&running.worker, &running.client);
     let js = async_nats::jetstream::new(client.clone());
     ops_support::wait_provisioned(&js, 1).await;
     let producer = Producer::new(js.clone());
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
-    let (m1, m2, _long) = stream_conversation(&producer, &mut events, &worker, "hist1").await;
+    let (m1, m2, _long) = stream_conversation(&producer, &mut events, worker, "hist1").await;
 
     let history = query(
-        &client,
+        client,
         "toolstream.query.history.hist1",
         r#"{"target":"openai-chat","max_result_chars":100}"#,
     )
@@ -212,7 +230,7 @@ async fn query_history_is_provider_valid_with_truncated_results_and_no_orphans()
 
     // Another target from the same store: Anthropic blocks.
     let anthropic = query(
-        &client,
+        client,
         "toolstream.query.history.hist1",
         r#"{"target":"anthropic"}"#,
     )
@@ -223,7 +241,7 @@ async fn query_history_is_provider_valid_with_truncated_results_and_no_orphans()
     assert!(text.contains("\"type\":\"tool_result\""), "{text}");
 
     // An empty body means openai-chat with the defaults.
-    let default = query(&client, "toolstream.query.history.hist1", "")
+    let default = query(client, "toolstream.query.history.hist1", "")
         .await
         .expect("default history");
     assert_eq!(default["target"], "openai-chat");
@@ -235,19 +253,16 @@ async fn query_history_is_provider_valid_with_truncated_results_and_no_orphans()
 
 #[tokio::test]
 async fn bad_queries_get_coded_service_errors_not_silence() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let worker = OpsWorker::start(&server.url(), &dir.path().join("data"));
-    worker.wait_status("/healthz", 200).await;
-    let client = common::client(&server.url()).await;
+    let running = Running::start().await;
+    let client = &running.client;
 
-    let err = query(&client, "toolstream.query.message.nope.m1", "")
+    let err = query(client, "toolstream.query.message.nope.m1", "")
         .await
         .expect_err("unknown message");
     assert_eq!(err.code, 404, "{err:?}");
     assert!(err.status.contains("\"m1\""), "{err:?}");
 
-    let err = query(&client, "toolstream.query.history.nope", "")
+    let err = query(client, "toolstream.query.history.nope", "")
         .await
         .expect_err("unknown conversation");
     assert_eq!(err.code, 404, "{err:?}");
@@ -257,7 +272,7 @@ async fn bad_queries_get_coded_service_errors_not_silence() {
         r#"{"target":"no-such-provider"}"#,
         r#"{"max_results_chars":5}"#,
     ] {
-        let err = query(&client, "toolstream.query.history.nope", body)
+        let err = query(client, "toolstream.query.history.nope", body)
             .await
             .expect_err("bad body");
         assert_eq!(err.code, 400, "{body}: {err:?}");
@@ -266,19 +281,16 @@ async fn bad_queries_get_coded_service_errors_not_silence() {
 
 #[tokio::test]
 async fn query_service_shows_up_in_nats_service_discovery() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let worker = OpsWorker::start(&server.url(), &dir.path().join("data"));
-    worker.wait_status("/healthz", 200).await;
-    let client = common::client(&server.url()).await;
+    let running = Running::start().await;
+    let client = &running.client;
 
-    let ping = query(&client, "$SRV.PING.toolstream", "")
+    let ping = query(client, "$SRV.PING.toolstream", "")
         .await
         .expect("ping");
     assert_eq!(ping["name"], "toolstream");
     assert_eq!(ping["version"], env!("CARGO_PKG_VERSION"));
 
-    let info = query(&client, "$SRV.INFO.toolstream", "")
+    let info = query(client, "$SRV.INFO.toolstream", "")
         .await
         .expect("info");
     let mut subjects: Vec<&str> = info["endpoints"]
@@ -293,8 +305,8 @@ async fn query_service_shows_up_in_nats_service_discovery() {
         ["toolstream.query.history.*", "toolstream.query.message.*.*"]
     );
 
-    let _ = query(&client, "toolstream.query.message.c.m", "").await;
-    let stats = query(&client, "$SRV.STATS.toolstream", "")
+    let _ = query(client, "toolstream.query.message.c.m", "").await;
+    let stats = query(client, "$SRV.STATS.toolstream", "")
         .await
         .expect("stats");
     let message = stats["endpoints"]
