@@ -96,6 +96,26 @@ pub struct StreamsConfig {
     /// Duplicate window of the events stream: a re-published event with the same
     /// `Nats-Msg-Id` within it is dropped (default `1h`).
     pub duplicate_window: HumanDuration,
+    /// Replicas of each of the three streams when toolstream creates them: 1 on a single
+    /// server, 3 (or 5) on a JetStream cluster so a stream survives the loss of a node
+    /// (default 1, range 1..=5). An existing stream with another count is an error.
+    #[serde(deserialize_with = "deserialize_replicas")]
+    pub replicas: usize,
+}
+
+/// The largest replica count JetStream allows.
+pub const MAX_REPLICAS: usize = 5;
+
+/// `streams.replicas` from TOML: 1..=[`MAX_REPLICAS`], the setting named when out of range.
+fn deserialize_replicas<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = usize::deserialize(d)?;
+    if (1..=MAX_REPLICAS).contains(&n) {
+        Ok(n)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "streams.replicas must be between 1 and {MAX_REPLICAS}, not {n}"
+        )))
+    }
 }
 
 /// The durable pull consumer and the consume loop.
@@ -166,6 +186,7 @@ impl Default for StreamsConfig {
             events: "TOOLSTREAM_EVENTS".to_string(),
             dlq: "TOOLSTREAM_DLQ".to_string(),
             duplicate_window: secs(3600),
+            replicas: 1,
         }
     }
 }
@@ -404,6 +425,10 @@ pub struct RunArgs {
     /// Duplicate window of the events stream [default: 1h].
     #[arg(long, env = "TOOLSTREAM_DUPLICATE_WINDOW", value_name = "DURATION")]
     pub duplicate_window: Option<HumanDuration>,
+    /// Replicas of each stream toolstream creates, 1..=5; 3 on a JetStream cluster [default: 1].
+    #[arg(long, env = "TOOLSTREAM_REPLICAS", value_name = "N",
+          value_parser = clap::value_parser!(u8).range(1..=MAX_REPLICAS as i64))]
+    pub replicas: Option<u8>,
 
     /// Durable consumer name [default: toolstream]; partition k uses <name>-p<k>-chunks and
     /// <name>-p<k>-results.
@@ -510,6 +535,7 @@ impl RunArgs {
         set(&mut c.streams.events, self.events_stream);
         set(&mut c.streams.dlq, self.dlq_stream);
         set(&mut c.streams.duplicate_window, self.duplicate_window);
+        set(&mut c.streams.replicas, self.replicas.map(usize::from));
 
         set(&mut c.consumer.name, self.consumer);
         set(&mut c.consumer.partitions, self.partitions);
@@ -604,6 +630,28 @@ mod tests {
             let cli = Cli::parse_from(["x", flags[0], flags[1]]);
             let err = cli.args.resolve().unwrap_err();
             assert!(err.to_string().contains(field), "{flags:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn replicas_come_from_file_and_flag_and_stay_in_1_to_5() {
+        assert_eq!(Config::default().streams.replicas, 1);
+        let c = Config::from_toml("[streams]\nreplicas = 3\n").unwrap();
+        assert_eq!(c.streams.replicas, 3);
+        for bad in [0, 6] {
+            let err = Config::from_toml(&format!("[streams]\nreplicas = {bad}\n")).unwrap_err();
+            assert!(format!("{err:#}").contains("streams.replicas"), "{err:#}");
+        }
+        let c = Cli::parse_from(["x", "--replicas", "3"])
+            .args
+            .resolve()
+            .unwrap();
+        assert_eq!(c.streams.replicas, 3);
+        for bad in ["0", "6", "three"] {
+            assert!(
+                Cli::try_parse_from(["x", "--replicas", bad]).is_err(),
+                "{bad}"
+            );
         }
     }
 

@@ -3,6 +3,9 @@
 //! what toolstream needs is a [`Mismatch`] naming the field, reported as a fatal error: the
 //! worker never reconfigures an existing stream or consumer silently.
 //!
+//! Every stream is created with `streams.replicas` replicas (3 on a cluster); an existing
+//! stream with another count is a mismatch like any other.
+//!
 //! Only nats-server 2.9 features are used (one filter subject per consumer, no metadata).
 
 use crate::config::Config;
@@ -65,6 +68,7 @@ pub fn desired_streams(config: &Config, subjects: &Subjects) -> [stream::Config;
         subjects,
         retention: RetentionPolicy::Limits,
         storage: StorageType::File,
+        num_replicas: config.streams.replicas,
         description: Some(description.to_string()),
         ..Default::default()
     };
@@ -144,6 +148,14 @@ pub fn stream_mismatches(
             field: "storage",
             found: format!("{:?}", have.storage),
             expected: format!("{:?}", want.storage),
+        });
+    }
+    // the server reports an unset count (0) as 1
+    if have.num_replicas.max(1) != want.num_replicas.max(1) {
+        out.push(Mismatch {
+            field: "num_replicas",
+            found: have.num_replicas.max(1).to_string(),
+            expected: want.num_replicas.max(1).to_string(),
         });
     }
     if have.no_ack {
@@ -395,6 +407,26 @@ mod tests {
             stream_mismatches(&have, &events, true)[0].field,
             "duplicate_window"
         );
+    }
+
+    #[test]
+    fn every_stream_gets_the_configured_replicas_and_another_count_is_reported() {
+        let (mut c, s) = setup();
+        let single = desired_streams(&c, &s);
+        assert!(single.iter().all(|st| st.num_replicas == 1));
+        c.streams.replicas = 3;
+        let r3 = desired_streams(&c, &s);
+        assert!(r3.iter().all(|st| st.num_replicas == 3));
+        for (have, want) in single.iter().zip(&r3) {
+            let m = stream_mismatches(have, want, true);
+            assert_eq!(m.len(), 1, "{m:?}");
+            assert_eq!(m[0].field, "num_replicas");
+            assert_eq!((m[0].found.as_str(), m[0].expected.as_str()), ("1", "3"));
+        }
+        // a stream created without a count (0 = the server's default of 1) matches 1
+        let mut unset = single[0].clone();
+        unset.num_replicas = 0;
+        assert!(stream_mismatches(&unset, &single[0], false).is_empty());
     }
 
     #[test]
