@@ -11,11 +11,17 @@
 //!   consumer's `max_deliver` bounds the retries).
 //!
 //! Timeouts (`Store::tick`) run in the same task between batches, so one task writes the store.
+//!
+//! Clock: every input is applied at its publish time (JetStream's timestamp), and timeouts run
+//! at the settled watermark ([`crate::watermark`]), never at the wall clock: a stream's timer
+//! cannot run out while input published before its deadline is still queued or waiting to be
+//! redelivered after a crash.
 
 use crate::config::ConsumerConfig;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::subjects::Subjects;
+use crate::watermark::Watermark;
 use assembler::{Applied, Control, Input, InputKind, Origin, Seq, Store, StoreError};
 use async_nats::jetstream::consumer::pull::MessagesError;
 use async_nats::jetstream::consumer::PullConsumer;
@@ -70,6 +76,8 @@ pub struct OwnedInput {
     pub body: Bytes,
     /// Subject and stream sequence.
     pub origin: Origin,
+    /// When JetStream stored it (ms since the epoch): the input's time for the store's timers.
+    pub published_ms: u64,
 }
 
 impl OwnedInput {
@@ -117,6 +125,7 @@ pub fn parse_message(
     headers: Option<&HeaderMap>,
     body: &Bytes,
     stream_seq: u64,
+    published_ms: u64,
 ) -> Result<OwnedInput, Rejected> {
     let parsed = subjects.parse_input(subject).map_err(|e| Rejected {
         dlq_subject: subjects.dlq_unroutable(),
@@ -169,6 +178,7 @@ pub fn parse_message(
             subject: subject.to_string(),
             stream_seq,
         },
+        published_ms,
     })
 }
 
@@ -220,6 +230,8 @@ pub struct ConsumeLoop {
     /// Test failpoint: abort the process after this many batch flushes, before the batch is
     /// acked (the window in which a crash makes the server redeliver applied input).
     pub abort_after_flushes: Option<u64>,
+    /// The clock of the store's timers (see the module docs).
+    pub watermark: Arc<Watermark>,
 }
 
 struct Work {
@@ -351,7 +363,7 @@ impl ConsumeLoop {
     /// those deletions in memory (a flush with nothing buffered costs one sled flush call).
     async fn tick(&self) {
         let store = Arc::clone(&self.store);
-        let now = now_ms();
+        let now = self.watermark.get();
         let result = tokio::task::spawn_blocking(move || {
             let changed = store.tick(now)?;
             store.flush()?;
@@ -376,13 +388,21 @@ impl ConsumeLoop {
     async fn process(&self, batch: Vec<jetstream::Message>) {
         let mut work = Vec::with_capacity(batch.len());
         for msg in batch {
-            let stream_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+            let (stream_seq, published_ms) = msg
+                .info()
+                .map(|i| {
+                    let published =
+                        crate::watermark::nanos_to_ms(i.published.unix_timestamp_nanos());
+                    (i.stream_sequence, published)
+                })
+                .unwrap_or((0, now_ms()));
             let parsed = parse_message(
                 &self.subjects,
                 msg.subject.as_str(),
                 msg.headers.as_ref(),
                 &msg.payload,
                 stream_seq,
+                published_ms,
             );
             match parsed.as_ref().map(|p| p.kind) {
                 Ok(InputKind::Result) => Metrics::add(&self.metrics.results_in, 1),
@@ -588,7 +608,6 @@ fn apply_with_retry(store: &Store, input: &Input<'_>, now: u64) -> Result<Applie
 fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
     let started = Instant::now();
     let mut outcomes = Vec::with_capacity(inputs.len());
-    let now = now_ms();
     for input in inputs {
         let span = tracing::debug_span!(
             "apply",
@@ -597,7 +616,7 @@ fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
             stream_seq = input.origin.stream_seq
         );
         let _guard = span.enter();
-        let outcome = apply_with_retry(store, &input.as_input(), now);
+        let outcome = apply_with_retry(store, &input.as_input(), input.published_ms);
         let failed = outcome.is_err();
         if let Ok(applied) = &outcome {
             tracing::trace!(?applied, "applied");
@@ -644,7 +663,8 @@ mod tests {
     fn headers_become_provider_seq_and_control() {
         let h = headers(&[("Toolstream-Provider", "groq"), ("Toolstream-Seq", "7")]);
         let body = Bytes::from_static(b"{}");
-        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 42).unwrap();
+        let i =
+            parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 42, 0).unwrap();
         assert_eq!(i.provider, Some(Provider::OpenaiChat));
         assert_eq!(i.seq, Seq::Producer(7));
         assert_eq!(i.control, None);
@@ -658,7 +678,7 @@ mod tests {
     #[test]
     fn without_a_producer_seq_the_stream_sequence_orders() {
         let body = Bytes::from_static(b"{}");
-        let i = parse_message(&subjects(), "toolstream.results.c.m", None, &body, 9).unwrap();
+        let i = parse_message(&subjects(), "toolstream.results.c.m", None, &body, 9, 0).unwrap();
         assert_eq!(i.seq, Seq::Transport(9));
         assert_eq!(i.kind, InputKind::Result);
     }
@@ -667,14 +687,15 @@ mod tests {
     fn control_error_carries_the_body_as_reason() {
         let h = headers(&[("toolstream-control", "error")]);
         let body = Bytes::from_static(b"upstream reset\n");
-        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1).unwrap();
+        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap();
         assert_eq!(i.control, Some(Control::Error("upstream reset".into())));
     }
 
     #[test]
     fn a_subject_with_a_missing_token_goes_to_the_unroutable_dlq() {
         let body = Bytes::new();
-        let r = parse_message(&subjects(), "toolstream.chunks.only", None, &body, 1).unwrap_err();
+        let r =
+            parse_message(&subjects(), "toolstream.chunks.only", None, &body, 1, 0).unwrap_err();
         assert_eq!(r.dlq_subject, "toolstream.dlq.unroutable");
         assert!(r.reason.starts_with("unroutable_subject"), "{}", r.reason);
     }
@@ -684,12 +705,12 @@ mod tests {
         let h = headers(&[("Toolstream-Seq", "three")]);
         let body = Bytes::new();
         let r =
-            parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1).unwrap_err();
+            parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap_err();
         assert_eq!(r.dlq_subject, "toolstream.dlq.c.m");
         assert!(r.reason.starts_with("bad_seq"), "{}", r.reason);
         let h = headers(&[("Toolstream-Provider", "nope")]);
         let r =
-            parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1).unwrap_err();
+            parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap_err();
         assert!(r.reason.starts_with("unknown_provider"), "{}", r.reason);
     }
 
@@ -786,7 +807,15 @@ mod tests {
         );
         let mut h = HeaderMap::new();
         h.insert(HEADER_PROVIDER, "openai-chat");
-        parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, seq).expect("input")
+        parse_message(
+            &subjects(),
+            "toolstream.chunks.c.m",
+            Some(&h),
+            &body,
+            seq,
+            0,
+        )
+        .expect("input")
     }
 
     /// A storage error used to nak the input, letting a later chunk of the same stream be

@@ -30,6 +30,7 @@ mod run;
 mod shutdown;
 mod subjects;
 mod tail;
+mod watermark;
 
 /// Turns streamed LLM tool-call chunks into complete, consistent tool-call events.
 #[derive(Debug, Parser)]

@@ -15,6 +15,7 @@ use crate::provision::{self, ProvisionError};
 use crate::relay_task::{Drained, RelayTask};
 use crate::shutdown::{self, Shutdown};
 use crate::subjects::Subjects;
+use crate::watermark::Watermark;
 use anyhow::Context as _;
 use assembler::Store;
 use async_nats::jetstream;
@@ -253,6 +254,18 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         ),
     ));
 
+    // The clock of the store's timers: how far every consumer has settled (crate::watermark).
+    let watermark = Arc::new(Watermark::default());
+    let watermark_handle = tokio::spawn(crate::watermark::run(
+        Arc::clone(&watermark),
+        consumers.clone(),
+        js.get_stream_no_info(&config.streams.input)
+            .await
+            .context("the input stream handle")?,
+        config.consumer.tick_interval.get(),
+        shutdown.clone(),
+    ));
+
     let consume = ConsumeLoop {
         store: Arc::clone(&store),
         js: js.clone(),
@@ -261,6 +274,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         relay_wake: Arc::clone(&relay_wake),
         config: config.consumer.clone(),
         abort_after_flushes: failpoint("TOOLSTREAM_FAILPOINT_ABORT_AFTER_FLUSHES"),
+        watermark,
     };
     let consume_handle = tokio::spawn(consume.run(consumers, shutdown.clone()));
 
@@ -270,6 +284,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         tracing::error!(error = %e, "consume loop failed");
     }
     trigger.trigger();
+    let _ = tokio::time::timeout(FINAL_WAIT, watermark_handle).await;
 
     // The batch in hand is finished; make everything durable before draining.
     flush_at_exit(&store, "final flush").await;

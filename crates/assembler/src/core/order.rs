@@ -13,6 +13,11 @@
 //! its parked chunks are discarded (applying them across a hole would assemble wrong text)
 //! and the stream is closed: later inputs are consumed without effect. A *result* stream
 //! instead skips the gap and applies what is parked (results are independent messages).
+//!
+//! Times are whatever clock the caller applies inputs and ticks with; the worker applies each
+//! input at its publish time and ticks at the time up to which all input is settled, so a
+//! redelivered older input never moves a stream's activity back (`max`), and a timer cannot
+//! run out while input from before its deadline is still on its way.
 
 use crate::input::Seq;
 use chunk_model::Provider;
@@ -33,7 +38,7 @@ pub struct StreamState {
     /// When the current gap was first waited for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap_since_ms: Option<u64>,
-    /// Time of the last input applied or parked.
+    /// Time of the latest input applied or parked (the newest, not the last to arrive).
     #[serde(default)]
     pub last_activity_ms: u64,
     /// Provider named by an earlier input (header).
@@ -84,7 +89,7 @@ impl StreamState {
                 self.last_transport = Some(self.last_transport.map_or(s, |l| l.max(s)))
             }
         }
-        self.last_activity_ms = now_ms;
+        self.last_activity_ms = self.last_activity_ms.max(now_ms);
         if self.parked == 0 {
             self.gap_since_ms = None;
         }
@@ -93,7 +98,7 @@ impl StreamState {
     /// Records that an input was parked.
     pub fn park(&mut self, now_ms: u64) {
         self.parked += 1;
-        self.last_activity_ms = now_ms;
+        self.last_activity_ms = self.last_activity_ms.max(now_ms);
         if self.gap_since_ms.is_none() {
             self.gap_since_ms = Some(now_ms);
         }

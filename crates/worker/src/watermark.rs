@@ -1,0 +1,196 @@
+//! The settled watermark: the publish time (JetStream's message timestamp, ms since the epoch)
+//! before which every input this worker consumes is settled — applied and acked, or
+//! dead-lettered. The store's timers (sequence gaps, idle streams, orphan results, retention)
+//! run on this clock instead of the wall clock, and every input is timed by when it was
+//! published, not when this worker got to it.
+//!
+//! Why: a crash leaves the chunks the dead process had fetched but not acked pending on the
+//! server until `ack_wait` runs out, while later chunks of the same stream arrive at once and
+//! are parked behind the hole. On the wall clock `gap_timeout` could fire first and end the
+//! stream `gap` although its missing chunk was only waiting to be redelivered; a backlog (a
+//! burst, a restart after an outage) could likewise expire streams whose chunks were queued.
+//! On this clock a stream's timer can only run out once everything published before its
+//! deadline has been read, so no crash, backlog or timer setting can end a stream whose input
+//! exists.
+//!
+//! How, per consumer and per round (every `tick_interval`, in its own task so a slow server
+//! never stalls the consume loop): consumer info gives the ack floor (every delivery up to it
+//! is settled), the pending count and the ack-pending count.
+//! - nothing pending and nothing unacknowledged → caught up: settled up to the wall-clock time
+//!   the question was asked (what is published later is not settled, and is later).
+//! - otherwise → settled up to the timestamp of the first message on the consumer's filter
+//!   after the ack floor (the oldest input that may still be outstanding; timestamps grow
+//!   with stream sequence).
+//!
+//! The worker's watermark is the minimum over its consumers; it never moves back (what was
+//! settled stays settled) and is unknown (0: no timer fires) until the first round succeeds.
+//! When the server cannot be asked it simply does not advance. Assumption, stated in the
+//! README: the worker's clock and the server's agree to within the timers' precision.
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How far one consumer has settled, as read from the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Nothing pending or unacknowledged when asked at this wall-clock time (ms).
+    CaughtUp {
+        /// When the question was sent.
+        asked_at_ms: u64,
+    },
+    /// Settled up to (not including) the message published at this time (ms): the oldest
+    /// message after the ack floor.
+    Before {
+        /// Publish time of the oldest message that may be outstanding.
+        oldest_outstanding_ms: u64,
+    },
+}
+
+impl Settled {
+    /// The watermark this reading allows.
+    #[must_use]
+    pub fn bound_ms(self) -> u64 {
+        match self {
+            Settled::CaughtUp { asked_at_ms } => asked_at_ms,
+            Settled::Before {
+                oldest_outstanding_ms,
+            } => oldest_outstanding_ms,
+        }
+    }
+}
+
+/// The combined watermark of every consumer of this worker, shared between the task that
+/// measures it and the consume loop that runs timers on it.
+#[derive(Debug, Default)]
+pub struct Watermark {
+    ms: AtomicU64,
+}
+
+impl Watermark {
+    /// The current watermark (ms since the epoch; 0 while unknown).
+    pub fn get(&self) -> u64 {
+        self.ms.load(Ordering::Acquire)
+    }
+
+    /// Advances to the minimum of one round's readings (never back). A round with a missing
+    /// reading (`None`) changes nothing: an unknown consumer could hold anything.
+    pub fn advance(&self, readings: &[Option<Settled>]) -> u64 {
+        let round = readings
+            .iter()
+            .try_fold(u64::MAX, |low, r| r.map(|s| low.min(s.bound_ms())));
+        match round {
+            Some(ms) if ms != u64::MAX => self.ms.fetch_max(ms, Ordering::AcqRel).max(ms),
+            _ => self.get(),
+        }
+    }
+}
+
+/// Reads one consumer's progress; `None` when the server could not be asked.
+pub async fn read<I>(consumer: &PullConsumer, stream: &Stream<I>) -> Option<Settled> {
+    let asked_at_ms = crate::consume::now_ms();
+    let info = match consumer.get_info().await {
+        Ok(info) => info,
+        Err(e) => {
+            tracing::debug!(error = %e, "consumer info for the settled watermark");
+            return None;
+        }
+    };
+    if info.num_pending == 0 && info.num_ack_pending == 0 {
+        return Some(Settled::CaughtUp { asked_at_ms });
+    }
+    let filter = if info.config.filter_subject.is_empty() {
+        ">".to_string()
+    } else {
+        info.config.filter_subject.clone()
+    };
+    let after_floor = info.ack_floor.stream_sequence.saturating_add(1);
+    match stream
+        .get_first_raw_message_by_subject(&filter, after_floor)
+        .await
+    {
+        Ok(message) => Some(Settled::Before {
+            oldest_outstanding_ms: nanos_to_ms(message.time.unix_timestamp_nanos()),
+        }),
+        // Nothing after the ack floor exists any more (settled, or removed from the stream
+        // since the info): nothing published before the question is outstanding.
+        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {
+            Some(Settled::CaughtUp { asked_at_ms })
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "oldest outstanding message for the settled watermark");
+            None
+        }
+    }
+}
+
+/// A JetStream timestamp (ns since the epoch) in ms (0 before the epoch).
+pub fn nanos_to_ms(nanos: i128) -> u64 {
+    u64::try_from(nanos / 1_000_000).unwrap_or(0)
+}
+
+/// Measures the watermark every `interval` until `shutdown`.
+pub async fn run(
+    watermark: Arc<Watermark>,
+    consumers: Vec<PullConsumer>,
+    stream: Stream<()>,
+    interval: Duration,
+    mut shutdown: crate::shutdown::Shutdown,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.wait() => break,
+            _ = tick.tick() => {}
+        }
+        let mut readings = Vec::with_capacity(consumers.len());
+        for consumer in &consumers {
+            // a server that does not answer must not hold the loop past the next round
+            let reading = tokio::time::timeout(interval.max(Duration::from_secs(2)), async {
+                read(consumer, &stream).await
+            })
+            .await
+            .ok()
+            .flatten();
+            readings.push(reading);
+        }
+        watermark.advance(&readings);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watermark_is_the_oldest_consumer_and_never_moves_back() {
+        let w = Watermark::default();
+        assert_eq!(w.get(), 0, "unknown until the first round");
+        let caught_up = Some(Settled::CaughtUp { asked_at_ms: 5_000 });
+        let behind = Some(Settled::Before {
+            oldest_outstanding_ms: 1_200,
+        });
+        assert_eq!(w.advance(&[caught_up, behind]), 1_200);
+        assert_eq!(w.advance(&[caught_up]), 5_000);
+        assert_eq!(
+            w.advance(&[Some(Settled::Before {
+                oldest_outstanding_ms: 3_000
+            })]),
+            5_000,
+            "what was settled stays settled"
+        );
+    }
+
+    #[test]
+    fn a_consumer_that_cannot_be_read_holds_the_watermark() {
+        let w = Watermark::default();
+        assert_eq!(
+            w.advance(&[Some(Settled::CaughtUp { asked_at_ms: 9_000 }), None]),
+            0
+        );
+        assert_eq!(w.advance(&[]), 0, "no consumers, no reading");
+    }
+}
