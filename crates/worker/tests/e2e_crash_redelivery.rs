@@ -166,3 +166,55 @@ async fn a_chunk_that_was_never_published_still_ends_the_stream_gap() {
         "a call with a hole never completes: {of_m2:#?}"
     );
 }
+
+/// Issue: timeouts punished backlog. The idle timeout ran from when the worker applied a chunk,
+/// so a stream whose next chunks waited in the input stream while the worker was down longer
+/// than `idle_timeout` was abandoned on restart (the first tick came before the backlog was
+/// read). Streams are timed by publish time now, and only once the backlog is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_queued_during_an_outage_longer_than_idle_timeout_is_not_abandoned() {
+    let server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--idle-timeout-ms", "1000"];
+    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &flags);
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    wait_provisioned(&js, "toolstream").await;
+    let producer = Producer::new(js.clone());
+    let chunks = openai_chat_stream(&calls());
+
+    producer
+        .chunk("c1", "m3", "openai-chat", 0, &chunks[0])
+        .await;
+    producer
+        .chunk("c1", "m3", "openai-chat", 1, &chunks[1])
+        .await;
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    events
+        .until(
+            Duration::from_secs(20),
+            "tool_call.started",
+            |all| all.iter().any(|r| r.json()["type"] == "tool_call.started"),
+            || worker.log(),
+        )
+        .await;
+    // an outage: the worker is gone while the producer finishes the stream at once
+    worker.kill();
+    for (seq, body) in chunks.iter().enumerate().skip(2) {
+        producer
+            .chunk("c1", "m3", "openai-chat", seq as u64, body)
+            .await;
+    }
+    // ... and stays gone three idle timeouts
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    worker.restart();
+    events
+        .until(
+            Duration::from_secs(30),
+            "message.completed of m3",
+            |all| all.iter().any(|r| r.json()["type"] == "message.completed"),
+            || worker.log(),
+        )
+        .await;
+    let of_m3 = events_of(&events, "m3");
+    check_message(&of_m3, &calls()).unwrap_or_else(|e| panic!("{e}: {of_m3:#?}"));
+}
