@@ -122,6 +122,57 @@ fn get<'a>(v: &'a toml::Value, path: &str) -> &'a toml::Value {
     })
 }
 
+/// `cargo metadata --locked` of the resolved graph the image builds: Linux (the Dockerfile's
+/// bookworm images) on this machine's architecture, with `cargo_home` as `CARGO_HOME` when
+/// given. Not `--offline`: metadata needs the manifest of every package in the graph, and a
+/// fresh machine has downloaded only what its builds needed (never the Windows-only crates of
+/// the lock file), so an offline run failed there on the first `cargo test`.
+/// `--filter-platform` keeps the graph to what a Linux build uses, so at most the few packages
+/// a host build did not fetch are downloaded (crates.io must be reachable, as for any build).
+fn locked_metadata(cargo_home: Option<&Path>) -> Vec<u8> {
+    let target = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(["metadata", "--format-version", "1", "--locked"])
+        .args(["--filter-platform", &target])
+        .current_dir(repo());
+    if let Some(home) = cargo_home {
+        cmd.env("CARGO_HOME", home);
+    }
+    let metadata = cmd.output().expect("cargo metadata");
+    assert!(
+        metadata.status.success(),
+        "cargo metadata (CARGO_HOME {cargo_home:?}) failed: {}",
+        String::from_utf8_lossy(&metadata.stderr)
+    );
+    metadata.stdout
+}
+
+/// The bug: `cargo metadata --offline` failed on a fresh machine whose cargo home lacked the
+/// Windows-only crates of the lock file. With an empty cargo home (its registry settings
+/// copied, so a mirror still applies; same toolchain) the check's metadata still resolves.
+#[test]
+fn cargo_metadata_resolves_with_an_empty_cargo_home() {
+    let home = tempfile::tempdir().expect("temp cargo home");
+    let real_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")));
+    for name in ["config.toml", "config"] {
+        if let Some(file) = real_home.as_ref().map(|h| h.join(name)) {
+            if file.is_file() {
+                std::fs::copy(&file, home.path().join(name)).expect("copy cargo config");
+            }
+        }
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&locked_metadata(Some(home.path()))).expect("metadata");
+    assert!(
+        meta["packages"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["name"] == "async-nats")),
+        "the resolved graph lists the locked dependencies"
+    );
+}
+
 #[test]
 fn dockerfile_copies_existing_paths_and_builds_the_real_binary() {
     let instructions = dockerfile();
@@ -182,17 +233,8 @@ fn dockerfile_copies_existing_paths_and_builds_the_real_binary() {
         .and_then(|t| t.split('-').next())
         .expect("FROM rust:<version>-...");
     let parse = |v: &str| -> Vec<u32> { v.split('.').map(|p| p.parse().unwrap()).collect() };
-    let metadata = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
-        .current_dir(repo())
-        .output()
-        .expect("cargo metadata");
-    assert!(
-        metadata.status.success(),
-        "{}",
-        String::from_utf8_lossy(&metadata.stderr)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&metadata.stdout).expect("metadata");
+    let metadata = locked_metadata(None);
+    let meta: serde_json::Value = serde_json::from_slice(&metadata).expect("metadata");
     let (need, who) = meta["packages"]
         .as_array()
         .expect("packages")
