@@ -10,14 +10,22 @@
 //! AI SDK gives no index: calls are keyed by wire id only. Results (`tool-result`,
 //! `tool-output-available`, `tool-error`, `tool-output-error`) become
 //! [`ChunkEvent::ToolResult`]; preliminary results (`preliminary: true`) are skipped because
-//! a later final result replaces them. `finish` ends the message (no `finishReason`, as in
-//! the UI stream, is a plain [`ChunkEvent::StreamEnd`]); `error` and `abort` are provider
-//! errors. Text, reasoning, source, start/step and every other part decode to nothing.
+//! a later final result replaces them. `finish` ends the message: `finishReason` is a string
+//! in v4/v5 and in v6 `streamText` parts, and the object `{"unified": "tool-calls", "raw":
+//! "tool_calls"}` in v6 `LanguageModelV3` stream parts (the `unified` word is kept); no reason,
+//! as in the UI stream, is a plain [`ChunkEvent::StreamEnd`]. `error` and `abort` are
+//! provider errors. Text, reasoning, source, start/step and every other part decode to nothing.
+//!
+//! One struct reads every handled part type, so each field is read without failing
+//! ([`Loose`], [`JsonText`], [`FinishReason`]) and checked only by the part types that need
+//! it: a `finish` part's `usage` or a `tool-call` part's `providerExecuted` of any shape never
+//! fails a chunk; a non-string `toolCallId` on a tool part still does, naming the field.
 
 use crate::call::{ResultInput, ToolResult};
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
 use crate::decode::gemini::THOUGHT_SIGNATURE;
-use crate::decode::text::{non_blank_text, provider_message, shorten, JsonText, Text};
+use crate::decode::lenient::{FinishReason, Loose};
+use crate::decode::text::{provider_message, shorten, JsonText, Text};
 use crate::decode::typed::parse_typed_event;
 use crate::error::DecodeError;
 use crate::provider::Provider;
@@ -51,17 +59,17 @@ struct Part<'a> {
     #[serde(rename = "type", borrow)]
     ty: Text<'a>,
     #[serde(borrow, default)]
-    id: Option<Text<'a>>,
+    id: Option<Loose<'a>>,
     #[serde(borrow, default)]
-    tool_call_id: Option<Text<'a>>,
+    tool_call_id: Option<Loose<'a>>,
     #[serde(borrow, default)]
-    tool_name: Option<Text<'a>>,
+    tool_name: Option<Loose<'a>>,
     #[serde(borrow, default)]
-    delta: Option<Text<'a>>,
+    delta: Option<Loose<'a>>,
     #[serde(borrow, default)]
-    input_text_delta: Option<Text<'a>>,
+    input_text_delta: Option<Loose<'a>>,
     #[serde(borrow, default)]
-    args_text_delta: Option<Text<'a>>,
+    args_text_delta: Option<Loose<'a>>,
     #[serde(default)]
     input: Option<JsonText>,
     #[serde(default)]
@@ -70,24 +78,47 @@ struct Part<'a> {
     output: Option<JsonText>,
     #[serde(default)]
     result: Option<JsonText>,
-    #[serde(default)]
-    preliminary: Option<bool>,
-    #[serde(default)]
-    is_error: Option<bool>,
     #[serde(borrow, default)]
-    finish_reason: Option<Text<'a>>,
+    preliminary: Option<Loose<'a>>,
+    #[serde(borrow, default)]
+    is_error: Option<Loose<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<FinishReason<'a>>,
     #[serde(default)]
     error: Option<JsonText>,
-    #[serde(borrow, default)]
-    error_text: Option<Text<'a>>,
+    #[serde(default)]
+    error_text: Option<JsonText>,
     #[serde(default)]
     provider_metadata: Option<Value>,
 }
 
 impl Part<'_> {
-    /// The call id: v5 `fullStream` says `id`, everything else `toolCallId`.
-    fn wire_id(&mut self) -> Option<String> {
-        non_blank_text(self.tool_call_id.take()).or_else(|| non_blank_text(self.id.take()))
+    /// The call id: v5 `fullStream` says `id`, everything else `toolCallId`. Either must be a
+    /// string when present (blank is absent).
+    fn wire_id(&mut self, chunk: &[u8]) -> Result<Option<String>, DecodeError> {
+        match need_text(self.tool_call_id.take(), "toolCallId", chunk)? {
+            Some(id) => Ok(Some(id)),
+            None => need_text(self.id.take(), "id", chunk),
+        }
+    }
+
+    /// The tool name (a string when present; blank is absent).
+    fn tool_name(&mut self, chunk: &[u8]) -> Result<Option<String>, DecodeError> {
+        need_text(self.tool_name.take(), "toolName", chunk)
+    }
+
+    /// A flag of a result part (`preliminary`, `isError`): a boolean or `"true"`/`"false"`.
+    fn flag(value: Option<&Loose<'_>>, field: &str, chunk: &[u8]) -> Result<bool, DecodeError> {
+        match value.map(Loose::flag) {
+            None => Ok(false),
+            Some(Ok(b)) => Ok(b.unwrap_or(false)),
+            Some(Err(problem)) => Err(DecodeError::bad_field(
+                Provider::AiSdk,
+                field,
+                problem,
+                chunk,
+            )),
+        }
     }
 
     /// Provider metadata worth keeping on the call (Gemini `thoughtSignature` travels here).
@@ -120,30 +151,42 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     let ty = part.ty.0.clone();
     let event = match ty.as_ref() {
         "tool-input-start" | "tool-call-streaming-start" => {
-            let wire_id = part.wire_id();
+            let wire_id = part.wire_id(chunk)?;
+            let name = part.tool_name(chunk)?;
             let metadata = part.metadata();
             ChunkEvent::CallFragment(CallFragment {
                 at: by_wire_id(wire_id),
-                name: non_blank_text(part.tool_name),
+                name,
                 metadata,
                 ..CallFragment::default()
             })
         }
         "tool-input-delta" | "tool-call-delta" => {
-            let wire_id = part.wire_id();
-            let text = part
-                .delta
-                .or(part.input_text_delta)
-                .or(part.args_text_delta)
-                .map(Text::into_string)
-                .filter(|t| !t.is_empty());
-            if text.is_none() {
-                return Ok(Vec::new());
-            }
+            let wire_id = part.wire_id(chunk)?;
+            let name = part.tool_name(chunk)?;
+            let text = [
+                ("delta", part.delta),
+                ("inputTextDelta", part.input_text_delta),
+                ("argsTextDelta", part.args_text_delta),
+            ]
+            .into_iter()
+            .find_map(|(field, value)| value.map(|v| (field, v)));
+            let text = match text {
+                Some((_, Loose::Str(t))) if !t.is_empty() => t.into_owned(),
+                Some((_, Loose::Str(_) | Loose::Null)) | None => return Ok(Vec::new()),
+                Some((field, other)) => {
+                    return Err(DecodeError::bad_field(
+                        Provider::AiSdk,
+                        field,
+                        other.not_a_string(),
+                        chunk,
+                    ))
+                }
+            };
             ChunkEvent::CallFragment(CallFragment {
                 at: by_wire_id(wire_id),
-                name: non_blank_text(part.tool_name),
-                arguments: text,
+                name,
+                arguments: Some(text),
                 ..CallFragment::default()
             })
         }
@@ -152,22 +195,24 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
         // The call ends on `tool-call`, else on the step's `finish`.
         "tool-input-end" => return Ok(Vec::new()),
         "tool-call" | "tool-input-available" => {
-            let wire_id = part.wire_id();
+            let wire_id = part.wire_id(chunk)?;
+            let name = part.tool_name(chunk)?;
             let metadata = part.metadata();
             let arguments = part.input.or(part.args).map(|a| a.text);
             ChunkEvent::CallEnd(CallEnd {
                 at: by_wire_id(wire_id),
-                name: non_blank_text(part.tool_name),
+                name,
                 // A whole call without input: the tool takes no arguments.
                 arguments: Some(arguments.unwrap_or_default()),
                 metadata,
             })
         }
         "tool-result" | "tool-output-available" => {
-            if part.preliminary == Some(true) {
+            if Part::flag(part.preliminary.as_ref(), "preliminary", chunk)? {
                 return Ok(Vec::new());
             }
-            let tool_call_id = part.wire_id().ok_or_else(|| missing_id(&ty, chunk))?;
+            let is_error = Part::flag(part.is_error.as_ref(), "isError", chunk)?;
+            let tool_call_id = part.wire_id(chunk)?.ok_or_else(|| missing_id(&ty, chunk))?;
             let output = part
                 .output
                 .or(part.result)
@@ -176,13 +221,13 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
             ChunkEvent::ToolResult(ResultInput::Complete(ToolResult {
                 tool_call_id,
                 output,
-                is_error: part.is_error.unwrap_or(false),
+                is_error,
             }))
         }
         "tool-error" | "tool-output-error" => {
-            let tool_call_id = part.wire_id().ok_or_else(|| missing_id(&ty, chunk))?;
+            let tool_call_id = part.wire_id(chunk)?.ok_or_else(|| missing_id(&ty, chunk))?;
             let output = match (part.error_text, part.error) {
-                (Some(text), _) => text.into_string(),
+                (Some(text), _) => text.text,
                 (None, Some(error)) => error.text,
                 (None, None) => String::new(),
             };
@@ -192,16 +237,13 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                 is_error: true,
             }))
         }
-        "finish" => match non_blank_text(part.finish_reason) {
-            Some(reason) => ChunkEvent::MessageEnd {
-                finish: finish_of(&reason),
-                reason,
-            },
+        "finish" => match part.finish_reason.and_then(|r| r.read(finish_of)) {
+            Some((finish, reason)) => ChunkEvent::MessageEnd { finish, reason },
             None => ChunkEvent::StreamEnd,
         },
         "error" => {
             let message = match (part.error_text, part.error) {
-                (Some(text), _) => shorten(text.as_str()),
+                (Some(text), _) => shorten(&text.text),
                 (None, Some(error)) => provider_message(&error),
                 (None, None) => "error".to_string(),
             };
@@ -220,6 +262,21 @@ fn by_wire_id(wire_id: Option<String>) -> CallRef {
         index: None,
         wire_id,
         item_id: None,
+    }
+}
+
+/// A field that must be a string when present: its text (blank is absent), or a `BadField`
+/// naming it.
+fn need_text(
+    value: Option<Loose<'_>>,
+    field: &str,
+    chunk: &[u8],
+) -> Result<Option<String>, DecodeError> {
+    match value {
+        None => Ok(None),
+        Some(v) => v
+            .need_text()
+            .map_err(|problem| DecodeError::bad_field(Provider::AiSdk, field, problem, chunk)),
     }
 }
 

@@ -4,11 +4,18 @@
 //! in its own file. They are tolerant of what real streams contain (unknown fields, prelude and
 //! usage-only chunks, pings, padding) and strict about what matters (ids, names, indices, end
 //! signals). `[DONE]` is handled here for every provider.
+//!
+//! The rule, enforced with the readers in [`lenient`]: a field the assembler does not strictly
+//! need (usage, logprobs, metadata, timestamps, ids of non-tool things, fields of event types
+//! that do not need them) never fails a chunk, whatever it holds; a field it needs is read in
+//! every shape the provider has shipped (finish reasons as strings and as the AI SDK v6
+//! `{unified, raw}` object, indices and flags written as strings).
 
 pub mod ai_sdk;
 pub mod anthropic;
 pub mod bedrock;
 pub mod gemini;
+pub mod lenient;
 pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;

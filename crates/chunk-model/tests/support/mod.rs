@@ -296,3 +296,69 @@ pub fn arb_json_with(
     })
     .boxed()
 }
+
+/// Values of every JSON type (and numbers/booleans as strings), put into fields a decoder
+/// does not need to show that none of them fails a chunk.
+pub fn wrong_typed_values() -> Vec<Value> {
+    vec![
+        Value::Null,
+        Value::Bool(true),
+        Value::from(7),
+        Value::from(-1),
+        Value::from(1.5),
+        Value::String(String::new()),
+        Value::String("7".to_string()),
+        Value::String("true".to_string()),
+        serde_json::json!([1, "x", {"y": null}]),
+        serde_json::json!({}),
+        serde_json::json!({"unified": 3, "raw": [1], "nested": {"deep": [true, {"k": "v"}]}}),
+    ]
+}
+
+/// `chunk` with the member at JSON pointer `pointer` set to `value` (the member is added
+/// when missing; its parent must exist), serialized again.
+pub fn with_member(chunk: &str, pointer: &str, value: Value) -> String {
+    let mut root: Value = serde_json::from_str(chunk).expect("test chunk is JSON");
+    let (parent, key) = pointer.rsplit_once('/').expect("pointer has a '/'");
+    let target = root
+        .pointer_mut(parent)
+        .unwrap_or_else(|| panic!("no parent {parent:?} in {chunk}"));
+    match target {
+        Value::Object(map) => {
+            map.insert(key.to_string(), value);
+        }
+        Value::Array(items) => {
+            let i: usize = key.parse().expect("array pointer ends in an index");
+            items[i] = value;
+        }
+        other => panic!("parent {parent:?} is not a container: {other}"),
+    }
+    serde_json::to_string(&root).expect("serialize")
+}
+
+/// For each JSON pointer in `unneeded`, puts each of [`wrong_typed_values`] there and checks
+/// that `chunk` still decodes, to exactly the events it decodes to untouched. Returns those
+/// events so the caller can check them too.
+pub fn assert_unneeded_fields_never_fail(
+    provider: Provider,
+    chunk: &str,
+    unneeded: &[&str],
+) -> Vec<ChunkEvent> {
+    // Round-trip the untouched chunk too, so key order matches the variants.
+    let baseline = decode_ok(provider, &with_member(chunk, "/__probe", Value::Null));
+    for pointer in unneeded {
+        for value in wrong_typed_values() {
+            let variant = with_member(chunk, pointer, value.clone());
+            match decode(provider, variant.as_bytes()) {
+                Ok(events) => assert_eq!(
+                    events, baseline,
+                    "{provider}: {pointer} = {value} changed the events\n{variant}"
+                ),
+                Err(e) => {
+                    panic!("{provider}: {pointer} = {value} failed the chunk: {e}\n{variant}")
+                }
+            }
+        }
+    }
+    baseline
+}
