@@ -325,9 +325,26 @@ fn whitespace_only_argument_fragment_is_kept() {
 }
 
 #[test]
-fn index_as_string_is_bad_field_naming_its_path() {
+fn index_as_numeric_string_is_read_as_its_number() {
+    // Some OpenAI-compatible servers write numbers as strings; the index is needed, so it is
+    // read in that shape too.
     let c = chunk(
-        r#"{"tool_calls":[{"index":0},{"index":"1","function":{"arguments":"{}"}}]}"#,
+        r#"{"tool_calls":[{"index":"0","id":"call_a","function":{"name":"f","arguments":""}},{"index":" 1 ","function":{"arguments":"{}"}}]}"#,
+        "null",
+    );
+    assert_eq!(
+        decode_ok(P, &c),
+        vec![
+            frag(at(Some(0), Some("call_a"), None), Some("f"), None),
+            frag(at(Some(1), None, None), None, Some("{}")),
+        ]
+    );
+}
+
+#[test]
+fn index_that_is_not_a_number_is_bad_field_naming_its_path() {
+    let c = chunk(
+        r#"{"tool_calls":[{"index":0},{"index":"one","function":{"arguments":"{}"}}]}"#,
         "null",
     );
     match decode_err(P, &c) {
@@ -339,7 +356,7 @@ fn index_as_string_is_bad_field_naming_its_path() {
         } => {
             assert_eq!(provider, P);
             assert_eq!(field, "choices[0].delta.tool_calls[1].index");
-            assert!(problem.contains("invalid type"), "{problem}");
+            assert!(problem.contains("invalid value"), "{problem}");
             assert!(
                 excerpt.starts_with("{\"id\":\"chatcmpl-AbC123\""),
                 "{excerpt}"
@@ -347,6 +364,91 @@ fn index_as_string_is_bad_field_naming_its_path() {
         }
         other => panic!("expected BadField, got {other:?}"),
     }
+    for bad in ["-1", "true", "[0]", "{}", "4294967296", "1.5"] {
+        let c = chunk(
+            &format!(r#"{{"tool_calls":[{{"index":{bad},"function":{{"arguments":"{{}}"}}}}]}}"#),
+            "null",
+        );
+        assert_eq!(
+            bad_field(&decode_err(P, &c)),
+            "choices[0].delta.tool_calls[0].index",
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn finish_reason_of_another_shape_never_fails_the_chunk() {
+    let delta = r#"{"tool_calls":[{"index":0,"function":{"arguments":"}"}}]}"#;
+    // The AI SDK v6 object shape (a proxy passing it through) is read.
+    assert_eq!(
+        decode_ok(P, &chunk(delta, r#"{"unified":"length","raw":"length"}"#)),
+        vec![
+            frag(at(Some(0), None, None), None, Some("}")),
+            end_msg(Finish::Truncated, "length"),
+        ]
+    );
+    // Anything else is no reason: the fragment still decodes, the stream ends on [DONE].
+    for reason in ["7", "true", r#"["stop"]"#, "{}", r#""""#] {
+        assert_eq!(
+            decode_ok(P, &chunk(delta, reason)),
+            vec![frag(at(Some(0), None, None), None, Some("}"))],
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn choice_index_as_string_is_read_and_unreadable_counts_as_first_choice() {
+    let one = r#"{"id":"x","choices":[{"index":"1","delta":{"tool_calls":[{"index":0,"function":{"arguments":"a"}}]}},{"index":"0","delta":{"tool_calls":[{"index":0,"function":{"arguments":"b"}}]}}]}"#;
+    assert_eq!(
+        decode_ok(P, one),
+        vec![frag(at(Some(0), None, None), None, Some("b"))]
+    );
+    let odd = r#"{"id":"x","choices":[{"index":{"n":0},"delta":{"tool_calls":[{"index":0,"function":{"arguments":"c"}}]}}]}"#;
+    assert_eq!(
+        decode_ok(P, odd),
+        vec![frag(at(Some(0), None, None), None, Some("c"))]
+    );
+}
+
+#[test]
+fn unneeded_fields_of_the_wrong_type_never_fail_a_chunk() {
+    let c = r#"{"id":"chatcmpl-AbC123","object":"chat.completion.chunk","created":1732000000,"model":"gpt-4o","system_fingerprint":"fp_abc","service_tier":"default","choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":"{}"}}]},"logprobs":null,"finish_reason":"tool_calls"}],"usage":null,"obfuscation":"k3"}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        c,
+        &[
+            "/id",
+            "/object",
+            "/created",
+            "/model",
+            "/system_fingerprint",
+            "/service_tier",
+            "/usage",
+            "/obfuscation",
+            "/prompt_filter_results",
+            "/provider",
+            "/x_groq",
+            "/choices/0/logprobs",
+            "/choices/0/content_filter_results",
+            "/choices/0/native_finish_reason",
+            "/choices/0/stop_reason",
+            "/choices/0/delta/role",
+            "/choices/0/delta/content",
+            "/choices/0/delta/refusal",
+            "/choices/0/delta/reasoning_content",
+            "/choices/0/delta/annotations",
+            "/choices/0/delta/tool_calls/0/type",
+        ],
+    );
+    assert_eq!(
+        events,
+        vec![
+            frag(at(Some(0), Some("call_a"), None), Some("f"), Some("{}")),
+            end_msg(Finish::Complete, "tool_calls"),
+        ]
+    );
 }
 
 #[test]

@@ -8,6 +8,11 @@
 //! `usage`, `obfuscation`, `logprobs`, Azure's `prompt_filter_results`, OpenRouter's
 //! `provider`/`native_finish_reason`, ...) is ignored.
 //!
+//! Fields it does not need never fail a chunk, whatever they hold; of those it reads, a
+//! choice `index` it cannot read counts as choice 0, a `finish_reason` that is not a string
+//! is read as the AI SDK v6 object `{unified, raw}` or else as no reason, and a tool call
+//! `index` may be a number or a number written as a string.
+//!
 //! Only choice index 0 (or a choice without an index) is decoded: a request with `n > 1`
 //! streams several alternative completions, and toolstream assembles the first one only;
 //! the other choices are ignored.
@@ -17,6 +22,7 @@
 //! the assembler's job. Blank or `null` ids and names are absent.
 
 use crate::chunk::{CallFragment, CallRef, ChunkEvent, Finish};
+use crate::decode::lenient::{opt_index, FinishReason, Loose};
 use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
 use crate::decode::typed::parse;
 use crate::error::DecodeError;
@@ -33,12 +39,13 @@ struct Chunk<'a> {
 
 #[derive(Deserialize)]
 struct Choice<'a> {
-    #[serde(default)]
-    index: Option<u32>,
+    /// Which alternative completion (`n > 1`); only used to skip the others.
+    #[serde(borrow, default)]
+    index: Option<Loose<'a>>,
     #[serde(borrow, default)]
     delta: Option<Delta<'a>>,
     #[serde(borrow, default)]
-    finish_reason: Option<Text<'a>>,
+    finish_reason: Option<FinishReason<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -51,7 +58,7 @@ struct Delta<'a> {
 
 #[derive(Deserialize)]
 struct ToolCallDelta<'a> {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_index")]
     index: Option<u32>,
     #[serde(borrow, default)]
     id: Option<Text<'a>>,
@@ -72,8 +79,11 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     let parsed: Chunk<'_> = parse(Provider::OpenaiChat, chunk)?;
     let mut out = Vec::new();
     for choice in parsed.choices.into_iter().flatten() {
-        if choice.index.is_some_and(|i| i != 0) {
-            continue;
+        // A choice index that is not a readable number counts as the first choice.
+        if let Some(Ok(Some(i))) = choice.index.as_ref().map(Loose::index) {
+            if i != 0 {
+                continue;
+            }
         }
         if let Some(delta) = choice.delta {
             for call in delta.tool_calls.into_iter().flatten() {
@@ -91,11 +101,8 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                 push_fragment(&mut out, Some(0), None, name, arguments);
             }
         }
-        if let Some(reason) = non_blank_text(choice.finish_reason) {
-            out.push(ChunkEvent::MessageEnd {
-                finish: finish_of(&reason),
-                reason,
-            });
+        if let Some((finish, reason)) = choice.finish_reason.and_then(|r| r.read(finish_of)) {
+            out.push(ChunkEvent::MessageEnd { finish, reason });
         }
     }
     if let Some(error) = parsed.error {
