@@ -92,13 +92,152 @@ fn unknown_event_type_with_odd_fields_is_ignored_not_an_error() {
 
 #[test]
 fn handled_event_with_wrong_type_is_bad_field_naming_its_path() {
-    let c = r#"{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":"0","delta":"x"}"#;
+    let c = r#"{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":"zero","delta":"x"}"#;
     assert!(
         matches!(decode_err(P, c), DecodeError::BadField { field, .. } if field == "output_index")
     );
+    let c = r#"{"type":"response.function_call_arguments.delta","item_id":["fc_1"],"output_index":0,"delta":"x"}"#;
+    assert!(matches!(decode_err(P, c), DecodeError::BadField { field, .. } if field == "item_id"));
+    let c = r#"{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":0,"delta":{"x":1}}"#;
+    assert!(matches!(decode_err(P, c), DecodeError::BadField { field, .. } if field == "delta"));
     let c = r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"function_call","call_id":7}}"#;
     assert!(
         matches!(decode_err(P, c), DecodeError::BadField { field, .. } if field == "item.call_id")
+    );
+}
+
+#[test]
+fn output_index_as_numeric_string_is_read_as_its_number() {
+    let c = r#"{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":"2","delta":"x"}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![frag(at(Some(2), None, Some("fc_1")), None, Some("x"))]
+    );
+}
+
+#[test]
+fn non_function_items_with_odd_fields_never_fail_a_chunk() {
+    // Only `function_call` items are read: another item's id, name or call_id of any shape,
+    // and an odd output_index next to it, change nothing.
+    for c in [
+        r#"{"type":"response.output_item.added","output_index":"first","item":{"id":17,"type":"message","role":"assistant","content":[]}}"#,
+        r#"{"type":"response.output_item.done","output_index":-1,"item":{"id":"mcp_1","type":"mcp_call","name":{"server":"x"},"arguments":"{}","call_id":5}}"#,
+        r#"{"type":"response.output_item.added","output_index":0,"item":{"type":["web_search_call"],"id":null,"action":{"query":"x"}}}"#,
+        r#"{"type":"response.output_item.added","output_index":0,"item":"not an object"}"#,
+    ] {
+        assert_eq!(decode_ok(P, c), vec![], "{c}");
+    }
+}
+
+#[test]
+fn response_object_of_any_shape_never_fails_completed_or_incomplete() {
+    let c = r#"{"type":"response.completed","sequence_number":"20","response":{"id":1,"status":["completed"],"usage":"n/a","incomplete_details":"none","output":{"x":1},"error":null}}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![ChunkEvent::MessageEnd {
+            finish: Finish::Complete,
+            reason: "completed".into()
+        }]
+    );
+    let c = r#"{"type":"response.completed","response":"done"}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![ChunkEvent::MessageEnd {
+            finish: Finish::Complete,
+            reason: "completed".into()
+        }]
+    );
+    // incomplete_details of another shape: still a truncation, with the generic reason.
+    for details in [r#""max_output_tokens""#, r#"{"reason":7}"#, "[1]"] {
+        let c = format!(
+            r#"{{"type":"response.incomplete","response":{{"status":"incomplete","incomplete_details":{details},"usage":{{"output_tokens":"12"}}}}}}"#
+        );
+        assert_eq!(
+            decode_ok(P, &c),
+            vec![ChunkEvent::MessageEnd {
+                finish: Finish::Truncated,
+                reason: "incomplete".into()
+            }],
+            "{c}"
+        );
+    }
+}
+
+#[test]
+fn unneeded_fields_of_the_wrong_type_never_fail_a_chunk() {
+    let delta = r#"{"type":"response.function_call_arguments.delta","sequence_number":3,"item_id":"fc_1","output_index":0,"delta":"{\"a","obfuscation":"x1"}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        delta,
+        &[
+            "/sequence_number",
+            "/obfuscation",
+            "/logprobs",
+            "/name",
+            "/arguments",
+            "/item",
+            "/response",
+            "/message",
+            "/code",
+            "/content_index",
+        ],
+    );
+    assert_eq!(
+        events,
+        vec![frag(at(Some(0), None, Some("fc_1")), None, Some("{\"a"))]
+    );
+
+    let added = r#"{"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"id":"fc_1","type":"function_call","status":"in_progress","arguments":"","call_id":"call_a","name":"f"}}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        added,
+        &[
+            "/sequence_number",
+            "/item_id",
+            "/delta",
+            "/name",
+            "/response",
+            "/item/status",
+            "/item/namespace",
+        ],
+    );
+    assert_eq!(
+        events,
+        vec![ChunkEvent::CallFragment(CallFragment {
+            at: at(Some(0), Some("call_a"), Some("fc_1")),
+            name: Some("f".into()),
+            metadata: meta("fc_1"),
+            ..CallFragment::default()
+        })]
+    );
+
+    let completed = r#"{"type":"response.completed","sequence_number":20,"response":{"id":"resp_1","object":"response","created_at":1741290958,"status":"completed","output":[],"usage":{"input_tokens":1,"output_tokens":2,"output_tokens_details":{"reasoning_tokens":0}},"incomplete_details":null,"error":null}}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        completed,
+        &[
+            "/sequence_number",
+            "/output_index",
+            "/item_id",
+            "/item",
+            "/delta",
+            "/response/id",
+            "/response/created_at",
+            "/response/status",
+            "/response/output",
+            "/response/usage",
+            "/response/usage/output_tokens_details",
+            "/response/incomplete_details",
+            "/response/metadata",
+            "/response/reasoning",
+        ],
+    );
+    assert_eq!(
+        events,
+        vec![ChunkEvent::MessageEnd {
+            finish: Finish::Complete,
+            reason: "completed".into()
+        }]
     );
 }
 
