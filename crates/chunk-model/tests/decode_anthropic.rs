@@ -273,6 +273,125 @@ fn unknown_fields_everywhere_are_ignored() {
 }
 
 #[test]
+fn block_index_as_numeric_string_is_read_as_its_number() {
+    let c = r#"{"type":"content_block_delta","index":"2","delta":{"type":"input_json_delta","partial_json":"{}"}}"#;
+    assert_eq!(decode_ok(P, c), vec![frag(idx(2), None, Some("{}"))]);
+    let c = r#"{"type":"content_block_stop","index":"one"}"#;
+    assert_eq!(bad_field(&decode_err(P, c)), "index");
+}
+
+#[test]
+fn stop_reason_of_another_shape_never_fails_message_delta() {
+    let c = r#"{"type":"message_delta","delta":{"stop_reason":{"unified":"length","raw":"max_tokens"},"stop_sequence":null},"usage":{"output_tokens":12}}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![ChunkEvent::MessageEnd {
+            finish: Finish::Truncated,
+            reason: "length".into()
+        }]
+    );
+    for reason in ["1", "false", "[]", "{}"] {
+        let c = format!(
+            r#"{{"type":"message_delta","delta":{{"stop_reason":{reason}}},"usage":{{"output_tokens":1}}}}"#
+        );
+        assert_eq!(decode_ok(P, &c), vec![], "{c}");
+    }
+}
+
+#[test]
+fn tool_block_with_non_string_id_is_a_bad_field_naming_it() {
+    let c = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":42,"name":"f","input":{}}}"#;
+    assert_eq!(bad_field(&decode_err(P, c)), "content_block.id");
+}
+
+#[test]
+fn unneeded_fields_of_the_wrong_type_never_fail_a_chunk() {
+    let message_delta = r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":10,"output_tokens":89,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"server_tool_use":{"web_search_requests":1}}}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        message_delta,
+        &[
+            "/usage",
+            "/usage/output_tokens",
+            "/usage/server_tool_use",
+            "/index",
+            "/content_block",
+            "/context_management",
+            "/delta/stop_sequence",
+            "/delta/type",
+            "/delta/partial_json",
+            "/delta/container",
+            "/delta/stop_details",
+        ],
+    );
+    assert_eq!(
+        events,
+        vec![ChunkEvent::MessageEnd {
+            finish: Finish::Complete,
+            reason: "tool_use".into()
+        }]
+    );
+
+    let tool_start = r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        tool_start,
+        &[
+            "/content_block/input",
+            "/content_block/caller",
+            "/content_block/cache_control",
+            "/delta",
+            "/usage",
+            "/message",
+        ],
+    );
+    assert_eq!(events, vec![frag(idx_id(1, "toolu_1"), Some("f"), None)]);
+
+    // A text or server-tool-result block: nothing in it is needed, not even the index.
+    let text_start = r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"","citations":null}}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        text_start,
+        &[
+            "/index",
+            "/content_block/text",
+            "/content_block/id",
+            "/content_block/name",
+            "/content_block/citations",
+            "/content_block/type",
+            "/content_block",
+        ],
+    );
+    assert_eq!(events, vec![]);
+
+    let json_delta = r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a"}}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        json_delta,
+        &[
+            "/delta/stop_reason",
+            "/content_block",
+            "/usage",
+            "/delta/text",
+        ],
+    );
+    assert_eq!(events, vec![frag(idx(1), None, Some("{\"a"))]);
+
+    let thinking_delta = r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        thinking_delta,
+        &[
+            "/index",
+            "/delta/thinking",
+            "/delta/partial_json",
+            "/delta/signature",
+        ],
+    );
+    assert_eq!(events, vec![]);
+}
+
+#[test]
 fn non_json_chunk_is_a_not_json_error_naming_anthropic() {
     let e = decode_err(P, "{\"type\":\"content_block_delta\",");
     assert!(matches!(e, DecodeError::NotJson { .. }), "{e:?}");

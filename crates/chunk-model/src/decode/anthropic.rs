@@ -11,11 +11,19 @@
 //!   ends of indexes that hold no call (text and thinking blocks stop too).
 //! - `message_delta` with a `stop_reason` → the message end; `message_stop` → stream end.
 //! - `error` → a provider error; `ping`, `message_start` and unknown types → nothing.
+//!
+//! One struct reads every handled event type, so its fields are read without failing and
+//! checked only where needed: the block `index` (a number, or one written as a string) on
+//! block events, a tool block's `id`/`name`, an `input_json_delta`'s `partial_json`. The
+//! `usage` of `message_delta`, text/thinking/citation blocks and deltas, `stop_sequence` and
+//! any other member of whatever shape never fail a chunk; a `stop_reason` that is not a
+//! string is read as no reason.
 
 use serde::Deserialize;
 
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
-use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
+use crate::decode::lenient::{opt_object, FinishReason, Loose};
+use crate::decode::text::{provider_message, JsonText, Text};
 use crate::decode::typed::parse_typed_event;
 use crate::error::DecodeError;
 use crate::provider::Provider;
@@ -27,13 +35,13 @@ struct Event<'a> {
     #[serde(rename = "type", borrow)]
     kind: Text<'a>,
     /// Content block index (block events).
-    #[serde(default)]
-    index: Option<u32>,
-    /// The block that starts (`content_block_start`).
     #[serde(default, borrow)]
+    index: Option<Loose<'a>>,
+    /// The block that starts (`content_block_start`).
+    #[serde(default, borrow, deserialize_with = "opt_object")]
     content_block: Option<Block<'a>>,
     /// The delta (`content_block_delta`, `message_delta`).
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "opt_object")]
     delta: Option<Delta<'a>>,
     /// The error (`error`).
     #[serde(default)]
@@ -41,25 +49,25 @@ struct Event<'a> {
 }
 
 /// `content_block` of `content_block_start`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct Block<'a> {
     #[serde(rename = "type", borrow, default)]
-    kind: Option<Text<'a>>,
+    kind: Option<Loose<'a>>,
     #[serde(borrow, default)]
-    id: Option<Text<'a>>,
+    id: Option<Loose<'a>>,
     #[serde(borrow, default)]
-    name: Option<Text<'a>>,
+    name: Option<Loose<'a>>,
 }
 
 /// `delta` of `content_block_delta` or `message_delta`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct Delta<'a> {
     #[serde(rename = "type", borrow, default)]
-    kind: Option<Text<'a>>,
+    kind: Option<Loose<'a>>,
     #[serde(borrow, default)]
-    partial_json: Option<Text<'a>>,
+    partial_json: Option<Loose<'a>>,
     #[serde(borrow, default)]
-    stop_reason: Option<Text<'a>>,
+    stop_reason: Option<FinishReason<'a>>,
 }
 
 /// The event types this decoder reads; any other type is ignored whatever its fields.
@@ -80,13 +88,15 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     let Some(event) = parse_typed_event::<Event<'_>>(Provider::Anthropic, chunk, handled)? else {
         return Ok(Vec::new());
     };
-    let at_index = |index: Option<u32>, field: &str| match index {
-        Some(i) => Ok(i),
-        None => Err(DecodeError::bad_field(
-            Provider::Anthropic,
-            field,
-            "missing: a block event needs its index",
-            chunk,
+    let bad = |field: &str, problem: String| {
+        DecodeError::bad_field(Provider::Anthropic, field, problem, chunk)
+    };
+    let at_index = |index: Option<Loose<'_>>| match index.as_ref().map(Loose::index) {
+        Some(Ok(Some(i))) => Ok(i),
+        Some(Err(problem)) => Err(bad("index", problem)),
+        Some(Ok(None)) | None => Err(bad(
+            "index",
+            "missing: a block event needs its index".to_string(),
         )),
     };
     let out = match event.kind.as_str() {
@@ -95,34 +105,39 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                 if block
                     .kind
                     .as_ref()
-                    .is_some_and(|k| is_tool_block(k.as_str())) =>
+                    .is_some_and(|k| matches!(k, Loose::Str(k) if is_tool_block(k))) =>
             {
-                let index = at_index(event.index, "index")?;
+                let index = at_index(event.index)?;
+                let text = |value: Option<Loose<'_>>, field: &str| match value {
+                    None => Ok(None),
+                    Some(v) => v.need_text().map_err(|problem| bad(field, problem)),
+                };
                 vec![ChunkEvent::CallFragment(CallFragment {
                     at: CallRef {
                         index: Some(index),
-                        wire_id: non_blank_text(block.id),
+                        wire_id: text(block.id, "content_block.id")?,
                         item_id: None,
                     },
-                    name: non_blank_text(block.name),
+                    name: text(block.name, "content_block.name")?,
                     ..CallFragment::default()
                 })]
             }
             _ => Vec::new(),
         },
         "content_block_delta" => match event.delta {
-            Some(delta) if delta.kind.as_ref().map(Text::as_str) == Some("input_json_delta") => {
-                let index = at_index(event.index, "index")?;
-                let text = delta
-                    .partial_json
-                    .map(Text::into_string)
-                    .unwrap_or_default();
+            Some(delta) if matches!(&delta.kind, Some(Loose::Str(k)) if k == "input_json_delta") => {
+                let index = at_index(event.index)?;
+                let text = match delta.partial_json {
+                    None | Some(Loose::Null) => String::new(),
+                    Some(Loose::Str(t)) => t.into_owned(),
+                    Some(other) => return Err(bad("delta.partial_json", other.not_a_string())),
+                };
                 vec![ChunkEvent::args_at(index, text)]
             }
             _ => Vec::new(),
         },
         "content_block_stop" => {
-            let index = at_index(event.index, "index")?;
+            let index = at_index(event.index)?;
             vec![ChunkEvent::CallEnd(CallEnd {
                 at: CallRef {
                     index: Some(index),
@@ -131,11 +146,12 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                 ..CallEnd::default()
             })]
         }
-        "message_delta" => match event.delta.and_then(|d| non_blank_text(d.stop_reason)) {
-            Some(reason) => vec![ChunkEvent::MessageEnd {
-                finish: finish_of(&reason),
-                reason,
-            }],
+        "message_delta" => match event
+            .delta
+            .and_then(|d| d.stop_reason)
+            .and_then(|r| r.read(finish_of))
+        {
+            Some((finish, reason)) => vec![ChunkEvent::MessageEnd { finish, reason }],
             None => Vec::new(),
         },
         "message_stop" => vec![ChunkEvent::StreamEnd],
