@@ -366,6 +366,123 @@ fn will_continue_of_the_wrong_type_is_a_bad_field_naming_its_path() {
 }
 
 #[test]
+fn finish_reason_of_another_shape_never_fails_the_chunk() {
+    let parts = r#"[{"functionCall":{"name":"f","args":{"a":1}}}]"#;
+    let call = end(wire(None), Some("f"), Some(r#"{"a":1}"#));
+    for reason in ["3", "true", r#"["STOP"]"#, "{}"] {
+        let c = chunk(parts, None).replacen(
+            r#""index":0"#,
+            &format!(r#""index":0,"finishReason":{reason}"#),
+            1,
+        );
+        assert_eq!(decode_ok(P, &c), vec![call.clone()], "{c}");
+    }
+    let c = chunk(parts, None).replacen(
+        r#""index":0"#,
+        r#""index":0,"finishReason":{"unified":"length","raw":"MAX_TOKENS"}"#,
+        1,
+    );
+    assert_eq!(
+        decode_ok(P, &c),
+        vec![call, msg_end(Finish::Truncated, "length")]
+    );
+}
+
+#[test]
+fn thought_signature_that_is_not_a_string_is_not_kept_and_never_fails() {
+    // Text and thought parts carry signatures too; none of them is needed to assemble calls.
+    let parts = r#"[{"text":"hi","thoughtSignature":{"v":1}},{"functionCall":{"name":"f","args":{}},"thoughtSignature":7}]"#;
+    assert_eq!(
+        decode_ok(P, &chunk(parts, Some("STOP"))),
+        vec![
+            end(wire(None), Some("f"), Some("{}")),
+            msg_end(Finish::Complete, "STOP"),
+        ]
+    );
+}
+
+#[test]
+fn partial_arg_flags_and_numbers_written_as_strings_are_read() {
+    let parts = r#"[{"functionCall":{"name":"f","willContinue":"true","partialArgs":[{"jsonPath":"$.n","numberValue":"2.5"},{"jsonPath":"$.b","boolValue":"false","willContinue":"false"},{"jsonPath":"$.i","numberValue":"-3"}]}}]"#;
+    assert_eq!(
+        decode_ok(P, &chunk(parts, None)),
+        vec![pieces(
+            wire(None),
+            Some("f"),
+            vec![
+                pv("$.n", json!(2.5), false),
+                pv("$.b", json!(false), false),
+                pv("$.i", json!(-3), false),
+            ],
+            Map::new()
+        )]
+    );
+    let parts = r#"[{"functionCall":{"partialArgs":[{"jsonPath":"$.n","numberValue":"NaN"}],"willContinue":true}}]"#;
+    assert_eq!(
+        bad_field(&decode_err(P, &chunk(parts, None))),
+        "candidates[0].content.parts[0].functionCall.partialArgs[0].numberValue"
+    );
+}
+
+#[test]
+fn prompt_feedback_of_another_shape_never_fails_the_chunk() {
+    for feedback in [
+        "\"BLOCKED\"",
+        "[]",
+        r#"{"blockReason":9,"safetyRatings":"x"}"#,
+    ] {
+        let c = format!(
+            r#"{{"promptFeedback":{feedback},"usageMetadata":{{"promptTokenCount":"8"}}}}"#
+        );
+        assert_eq!(decode_ok(P, &c), vec![], "{c}");
+    }
+}
+
+#[test]
+fn unneeded_fields_of_the_wrong_type_never_fail_a_chunk() {
+    let c = r#"{"candidates":[{"content":{"parts":[{"functionCall":{"id":"fc_1","name":"f","args":{"a":1}},"thoughtSignature":"sig"},{"text":"done","thoughtSignature":"t"}],"role":"model"},"finishReason":"STOP","index":0,"safetyRatings":[],"avgLogprobs":-0.2}],"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":5,"totalTokenCount":15},"modelVersion":"gemini-2.5-flash","responseId":"r1","createTime":"2025-01-01T00:00:00Z"}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        c,
+        &[
+            "/usageMetadata",
+            "/usageMetadata/promptTokenCount",
+            "/usageMetadata/candidatesTokensDetails",
+            "/modelVersion",
+            "/responseId",
+            "/createTime",
+            "/modelStatus",
+            "/candidates/0/index",
+            "/candidates/0/safetyRatings",
+            "/candidates/0/citationMetadata",
+            "/candidates/0/groundingMetadata",
+            "/candidates/0/urlContextMetadata",
+            "/candidates/0/avgLogprobs",
+            "/candidates/0/logprobsResult",
+            "/candidates/0/finishMessage",
+            "/candidates/0/tokenCount",
+            "/candidates/0/content/role",
+            "/candidates/0/content/parts/1/text",
+            "/candidates/0/content/parts/1/thoughtSignature",
+            "/candidates/0/content/parts/1/thought",
+            "/candidates/0/content/parts/0/videoMetadata",
+        ],
+    );
+    assert_eq!(
+        events,
+        vec![
+            end_meta(
+                wire(Some("fc_1")),
+                Some("f"),
+                Some(r#"{"a":1}"#),
+                signature("sig")
+            ),
+            msg_end(Finish::Complete, "STOP"),
+        ]
+    );
+}
+
+#[test]
 fn unknown_fields_everywhere_are_ignored() {
     let text = r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{},"newField":1},"newPartField":{"x":[]}}],"role":"model","newContent":true},"index":0,"avgLogprobs":-0.2,"citationMetadata":{}}],"newTop":"x","createTime":"2025-01-01T00:00:00Z"}"#;
     assert_eq!(

@@ -29,12 +29,20 @@
 //! filtered, `MALFORMED_FUNCTION_CALL` → error, anything else → complete);
 //! `promptFeedback.blockReason` → filtered; a top-level `error` object → provider error;
 //! usage-only chunks, text and thought parts → nothing.
+//!
+//! Fields toolstream does not need never fail a chunk: a `thoughtSignature` that is not a
+//! string is not kept, a `promptFeedback` or `finishReason` of another shape reads as no
+//! reason, and `usageMetadata`, safety ratings, citations, grounding, logprobs and the like
+//! are not read at all. Needed fields accept the shapes protobuf JSON allows: `willContinue`
+//! and `boolValue` as a boolean or `"true"`/`"false"`, `numberValue` as a number or a number
+//! written as a string.
 
 use serde::de::{Deserializer, IgnoredAny};
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue};
+use crate::decode::lenient::{opt_flag, opt_number, opt_object, FinishReason, Loose};
 use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
 use crate::decode::typed::parse;
 use crate::error::DecodeError;
@@ -50,7 +58,7 @@ pub const THOUGHT_SIGNATURE: &str = "thoughtSignature";
 struct Response<'a> {
     #[serde(borrow, default)]
     candidates: Option<Vec<Candidate<'a>>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_object")]
     prompt_feedback: Option<PromptFeedback<'a>>,
     #[serde(default)]
     error: Option<JsonText>,
@@ -62,7 +70,7 @@ struct Candidate<'a> {
     #[serde(borrow, default)]
     content: Option<Content<'a>>,
     #[serde(borrow, default)]
-    finish_reason: Option<Text<'a>>,
+    finish_reason: Option<FinishReason<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -76,8 +84,9 @@ struct Content<'a> {
 struct Part<'a> {
     #[serde(borrow, default)]
     function_call: Option<FunctionCall<'a>>,
+    /// Kept on calls when it is a string; text and thought parts carry one too.
     #[serde(borrow, default)]
-    thought_signature: Option<Text<'a>>,
+    thought_signature: Option<Loose<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -91,7 +100,7 @@ struct FunctionCall<'a> {
     args: Option<JsonText>,
     #[serde(borrow, default)]
     partial_args: Option<Vec<PartialArg<'a>>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_flag")]
     will_continue: Option<bool>,
 }
 
@@ -103,22 +112,22 @@ struct PartialArg<'a> {
     json_path: Option<Text<'a>>,
     #[serde(borrow, default)]
     string_value: Option<Text<'a>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_number")]
     number_value: Option<Number>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_flag")]
     bool_value: Option<bool>,
     /// `nullValue` is present (its JSON is `"NULL_VALUE"` or `null`).
     #[serde(default, deserialize_with = "present")]
     null_value: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_flag")]
     will_continue: Option<bool>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct PromptFeedback<'a> {
     #[serde(borrow, default)]
-    block_reason: Option<Text<'a>>,
+    block_reason: Option<FinishReason<'a>>,
 }
 
 /// `true` whenever the field is present, whatever its value (`null` included).
@@ -188,16 +197,14 @@ fn decode_response(
             let path = format!("{prefix}candidates[0].content.parts[{i}].functionCall");
             decode_part(part, &path, chunk, out)?;
         }
-        if let Some(reason) = non_blank_text(candidate.finish_reason) {
-            out.push(ChunkEvent::MessageEnd {
-                finish: finish_of(&reason),
-                reason,
-            });
+        if let Some((finish, reason)) = candidate.finish_reason.and_then(|r| r.read(finish_of)) {
+            out.push(ChunkEvent::MessageEnd { finish, reason });
         }
     }
-    if let Some(reason) = response
+    if let Some((_, reason)) = response
         .prompt_feedback
-        .and_then(|f| non_blank_text(f.block_reason))
+        .and_then(|f| f.block_reason)
+        .and_then(|r| r.read(|_| Finish::Filtered))
     {
         out.push(ChunkEvent::MessageEnd {
             finish: Finish::Filtered,
@@ -223,10 +230,10 @@ fn decode_part(
         return Ok(());
     };
     let mut metadata = Map::new();
-    if let Some(signature) = part.thought_signature {
+    if let Some(signature) = part.thought_signature.and_then(Loose::into_text) {
         metadata.insert(
             THOUGHT_SIGNATURE.to_string(),
-            Value::String(signature.into_string()),
+            Value::String(signature.into_owned()),
         );
     }
     let arguments = match call.args {
