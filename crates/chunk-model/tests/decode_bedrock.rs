@@ -177,6 +177,110 @@ fn tool_input_that_is_not_a_string_is_a_bad_field_naming_its_path() {
 }
 
 #[test]
+fn content_block_index_as_numeric_string_is_read_as_its_number() {
+    let c = r#"{"contentBlockDelta":{"contentBlockIndex":"1","delta":{"toolUse":{"input":"{}"}}},"p":"abc"}"#;
+    assert_eq!(decode_ok(P, c), vec![frag(idx(1), None, Some("{}"))]);
+    let c = r#"{"contentBlockStop":{"contentBlockIndex":"x"}}"#;
+    assert_eq!(
+        bad_field(&decode_err(P, c)),
+        "contentBlockStop.contentBlockIndex"
+    );
+}
+
+#[test]
+fn text_delta_with_an_odd_block_index_never_fails() {
+    // Only tool deltas need the index.
+    let c = r#"{"contentBlockDelta":{"contentBlockIndex":"first","delta":{"text":"Hi"}}}"#;
+    assert_eq!(decode_ok(P, c), vec![]);
+}
+
+#[test]
+fn stop_reason_of_another_shape_is_a_plain_stream_end() {
+    for reason in ["1", "[]", "{}", "true"] {
+        let c = format!(r#"{{"messageStop":{{"stopReason":{reason}}}}}"#);
+        assert_eq!(decode_ok(P, &c), vec![ChunkEvent::StreamEnd], "{c}");
+    }
+}
+
+#[test]
+fn exception_of_any_shape_is_still_a_provider_error() {
+    for (body, want) in [
+        (r#""boom""#, "internalServerException"),
+        (
+            r#"{"message":{"code":5}}"#,
+            r#"internalServerException: {"code":5}"#,
+        ),
+        (r#"{"Message":"boom"}"#, "internalServerException: boom"),
+    ] {
+        let c = format!(r#"{{"internalServerException":{body}}}"#);
+        assert_eq!(
+            decode_ok(P, &c),
+            vec![ChunkEvent::ProviderError {
+                message: want.to_string()
+            }],
+            "{c}"
+        );
+    }
+}
+
+#[test]
+fn unneeded_fields_of_the_wrong_type_never_fail_a_chunk() {
+    let metadata = r#"{"metadata":{"usage":{"inputTokens":10,"outputTokens":20,"totalTokens":30},"metrics":{"latencyMs":100},"trace":{}},"p":"abcdef"}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        metadata,
+        &[
+            "/metadata",
+            "/metadata/usage",
+            "/metadata/metrics",
+            "/metadata/trace",
+            "/metadata/performanceConfig",
+            "/p",
+        ],
+    );
+    assert_eq!(events, vec![]);
+
+    let delta = r#"{"contentBlockDelta":{"contentBlockIndex":1,"delta":{"toolUse":{"input":"{\"a"}}},"p":"abc"}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        delta,
+        &[
+            "/p",
+            "/messageStart",
+            "/contentBlockDelta/delta/text",
+            "/contentBlockDelta/delta/reasoningContent",
+            "/contentBlockDelta/delta/citation",
+        ],
+    );
+    assert_eq!(events, vec![frag(idx(1), None, Some("{\"a"))]);
+
+    let stop = r#"{"messageStop":{"stopReason":"tool_use","additionalModelResponseFields":null},"p":"ab"}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        stop,
+        &["/p", "/messageStop/additionalModelResponseFields"],
+    );
+    assert_eq!(
+        events,
+        vec![ChunkEvent::MessageEnd {
+            finish: Finish::Complete,
+            reason: "tool_use".into()
+        }]
+    );
+
+    let text_start = r#"{"contentBlockStart":{"contentBlockIndex":0,"start":{}}}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        text_start,
+        &[
+            "/contentBlockStart/contentBlockIndex",
+            "/contentBlockStart/start/image",
+        ],
+    );
+    assert_eq!(events, vec![]);
+}
+
+#[test]
 fn non_json_chunk_is_a_not_json_error_naming_bedrock() {
     let e = decode_err(P, r#"{"contentBlockStop":{"contentBlockIndex":"#);
     assert!(matches!(e, DecodeError::NotJson { .. }), "{e:?}");

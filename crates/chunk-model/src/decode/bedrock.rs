@@ -18,11 +18,17 @@
 //! name travels in the `:event-type` header) carries no name and decodes to nothing; no
 //! producer was found that puts the name in a `"type"` field, so that form is not accepted.
 //! The `p` padding field AWS adds to every event is ignored like any unknown field.
+//!
+//! Fields toolstream does not need never fail a chunk: the `contentBlockIndex` of a text or
+//! reasoning delta, a `stopReason` of another shape (read as no reason), an exception that is
+//! not an object or whose `message` is not a string, `metadata` usage and metrics. The block
+//! index of tool events may be a number or a number written as a string.
 
 use serde::Deserialize;
 
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
-use crate::decode::text::{non_blank_text, shorten, Text};
+use crate::decode::lenient::{opt_object, FinishReason, Loose};
+use crate::decode::text::{non_blank_text, shorten, JsonText, Text};
 use crate::decode::typed::parse;
 use crate::error::DecodeError;
 use crate::provider::Provider;
@@ -35,27 +41,27 @@ struct Event<'a> {
     content_block_start: Option<BlockStart<'a>>,
     #[serde(borrow, default)]
     content_block_delta: Option<BlockDelta<'a>>,
-    #[serde(default)]
-    content_block_stop: Option<BlockStop>,
+    #[serde(borrow, default)]
+    content_block_stop: Option<BlockStop<'a>>,
     #[serde(borrow, default)]
     message_stop: Option<MessageStop<'a>>,
-    #[serde(borrow, default)]
-    internal_server_exception: Option<Exception<'a>>,
-    #[serde(borrow, default)]
-    model_stream_error_exception: Option<Exception<'a>>,
-    #[serde(borrow, default)]
-    validation_exception: Option<Exception<'a>>,
-    #[serde(borrow, default)]
-    throttling_exception: Option<Exception<'a>>,
-    #[serde(borrow, default)]
-    service_unavailable_exception: Option<Exception<'a>>,
+    #[serde(default, deserialize_with = "opt_object")]
+    internal_server_exception: Option<Exception>,
+    #[serde(default, deserialize_with = "opt_object")]
+    model_stream_error_exception: Option<Exception>,
+    #[serde(default, deserialize_with = "opt_object")]
+    validation_exception: Option<Exception>,
+    #[serde(default, deserialize_with = "opt_object")]
+    throttling_exception: Option<Exception>,
+    #[serde(default, deserialize_with = "opt_object")]
+    service_unavailable_exception: Option<Exception>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct BlockStart<'a> {
-    #[serde(default)]
-    content_block_index: Option<u32>,
+    #[serde(borrow, default)]
+    content_block_index: Option<Loose<'a>>,
     #[serde(borrow, default)]
     start: Option<Start<'a>>,
 }
@@ -79,8 +85,8 @@ struct ToolUseStart<'a> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct BlockDelta<'a> {
-    #[serde(default)]
-    content_block_index: Option<u32>,
+    #[serde(borrow, default)]
+    content_block_index: Option<Loose<'a>>,
     #[serde(borrow, default)]
     delta: Option<Delta<'a>>,
 }
@@ -100,36 +106,40 @@ struct ToolUseDelta<'a> {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct BlockStop {
-    #[serde(default)]
-    content_block_index: Option<u32>,
+struct BlockStop<'a> {
+    #[serde(borrow, default)]
+    content_block_index: Option<Loose<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct MessageStop<'a> {
     #[serde(borrow, default)]
-    stop_reason: Option<Text<'a>>,
+    stop_reason: Option<FinishReason<'a>>,
 }
 
-#[derive(Deserialize)]
-struct Exception<'a> {
-    #[serde(borrow, default, alias = "Message")]
-    message: Option<Text<'a>>,
+#[derive(Deserialize, Default)]
+struct Exception {
+    /// The message: a string, but any JSON is reported.
+    #[serde(default, alias = "Message")]
+    message: Option<JsonText>,
 }
 
 /// Decodes one Bedrock chunk (already trimmed, never `[DONE]`).
 pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     let event: Event<'_> = parse(Provider::Bedrock, chunk)?;
-    let index_of = |index: Option<u32>, field: &str| {
-        index.ok_or_else(|| {
-            DecodeError::bad_field(
-                Provider::Bedrock,
-                field,
-                "missing: a block event needs its index",
-                chunk,
-            )
-        })
+    let index_of = |index: Option<Loose<'_>>, field: &str| {
+        let problem = match index.as_ref().map(Loose::index) {
+            Some(Ok(Some(i))) => return Ok(i),
+            Some(Err(problem)) => problem,
+            Some(Ok(None)) | None => "missing: a block event needs its index".to_string(),
+        };
+        Err(DecodeError::bad_field(
+            Provider::Bedrock,
+            field,
+            problem,
+            chunk,
+        ))
     };
     let mut out = Vec::new();
     if let Some(start) = event.content_block_start {
@@ -173,11 +183,8 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
         }));
     }
     if let Some(stop) = event.message_stop {
-        out.push(match non_blank_text(stop.stop_reason) {
-            Some(reason) => ChunkEvent::MessageEnd {
-                finish: finish_of(&reason),
-                reason,
-            },
+        out.push(match stop.stop_reason.and_then(|r| r.read(finish_of)) {
+            Some((finish, reason)) => ChunkEvent::MessageEnd { finish, reason },
             None => ChunkEvent::StreamEnd,
         });
     }
@@ -196,8 +203,8 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     ];
     for (name, exception) in exceptions {
         if let Some(exception) = exception {
-            let message = match non_blank_text(exception.message) {
-                Some(m) => format!("{name}: {m}"),
+            let message = match exception.message.filter(|m| !m.text.trim().is_empty()) {
+                Some(m) => format!("{name}: {}", m.text),
                 None => name.to_string(),
             };
             out.push(ChunkEvent::ProviderError {
