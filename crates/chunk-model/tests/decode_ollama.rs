@@ -117,6 +117,75 @@ fn tool_calls_not_an_array_is_bad_field() {
 }
 
 #[test]
+fn done_and_function_index_written_as_strings_are_read() {
+    let c = r#"{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"function":{"index":"1","name":"f","arguments":{}}}]},"done":"true","done_reason":"stop"}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![
+            end(at(Some(1), None, None), Some("f"), Some("{}")),
+            ChunkEvent::MessageEnd {
+                finish: Finish::Complete,
+                reason: "stop".into()
+            },
+        ]
+    );
+    let c = r#"{"model":"m","message":{"role":"assistant","content":"hi"},"done":"no"}"#;
+    assert_eq!(bad_field(&decode_err(P, c)), "done");
+}
+
+#[test]
+fn done_reason_of_another_shape_is_a_plain_stream_end() {
+    for reason in ["1", "[]", "{}", "false"] {
+        let c = format!(
+            r#"{{"model":"m","message":{{"role":"assistant","content":""}},"done":true,"done_reason":{reason}}}"#
+        );
+        assert_eq!(decode_ok(P, &c), vec![ChunkEvent::StreamEnd], "{c}");
+    }
+}
+
+#[test]
+fn unneeded_fields_of_the_wrong_type_never_fail_a_chunk() {
+    let c = r#"{"model":"qwen3:8b","created_at":"2025-05-27T22:54:57.644317Z","message":{"role":"assistant","content":"","thinking":"","tool_calls":[{"id":"call_1","type":"function","function":{"index":0,"name":"f","arguments":{"a":1}}}]},"done":true,"done_reason":"stop","total_duration":123,"load_duration":4,"prompt_eval_count":10,"prompt_eval_duration":5,"eval_count":20,"eval_duration":6}"#;
+    let events = assert_unneeded_fields_never_fail(
+        P,
+        c,
+        &[
+            "/model",
+            "/created_at",
+            "/total_duration",
+            "/load_duration",
+            "/prompt_eval_count",
+            "/prompt_eval_duration",
+            "/eval_count",
+            "/eval_duration",
+            "/context",
+            "/logprobs",
+            "/remote_model",
+            "/message/role",
+            "/message/content",
+            "/message/thinking",
+            "/message/images",
+            "/message/tool_name",
+            "/message/tool_calls/0/type",
+        ],
+    );
+    assert_eq!(
+        events,
+        vec![
+            end(
+                at(Some(0), Some("call_1"), None),
+                Some("f"),
+                Some(r#"{"a":1}"#)
+            ),
+            ChunkEvent::MessageEnd {
+                finish: Finish::Complete,
+                reason: "stop".into()
+            },
+        ]
+    );
+}
+
+#[test]
 fn recorded_parallel_calls_keep_ids_indices_and_unicode() {
     let events = decode_recording(P, "ollama/parallel_calls.ndjson");
     assert_eq!(

@@ -6,8 +6,12 @@
 //! when the server sends one. `done: true` ends the message: `done_reason` `stop` is a normal
 //! end, `length` a truncation, and no reason at all a plain [`ChunkEvent::StreamEnd`]. A line
 //! `{"error": "..."}` is a provider error. Content, thinking and timing fields are ignored.
+//!
+//! `done` may also be `"true"`/`"false"` and `function.index` a number written as a string;
+//! a `done_reason` that is not a string reads as no reason (a plain stream end).
 
 use crate::chunk::{CallEnd, CallRef, ChunkEvent, Finish};
+use crate::decode::lenient::{opt_flag, opt_index, FinishReason};
 use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
 use crate::decode::typed::parse;
 use crate::error::DecodeError;
@@ -18,10 +22,10 @@ use serde::Deserialize;
 struct Line<'a> {
     #[serde(borrow, default)]
     message: Option<Message<'a>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_flag")]
     done: Option<bool>,
     #[serde(borrow, default)]
-    done_reason: Option<Text<'a>>,
+    done_reason: Option<FinishReason<'a>>,
     #[serde(default)]
     error: Option<JsonText>,
 }
@@ -42,7 +46,7 @@ struct ToolCall<'a> {
 
 #[derive(Deserialize)]
 struct Function<'a> {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_index")]
     index: Option<u32>,
     #[serde(borrow, default)]
     name: Option<Text<'a>>,
@@ -82,17 +86,20 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
         });
     }
     if line.done == Some(true) {
-        out.push(match non_blank_text(line.done_reason) {
-            Some(reason) => ChunkEvent::MessageEnd {
-                finish: if reason == "length" {
-                    Finish::Truncated
-                } else {
-                    Finish::Complete
-                },
-                reason,
-            },
+        out.push(match line.done_reason.and_then(|r| r.read(finish_of)) {
+            Some((finish, reason)) => ChunkEvent::MessageEnd { finish, reason },
             None => ChunkEvent::StreamEnd,
         });
     }
     Ok(out)
+}
+
+/// Normalizes `done_reason`: `length` is a truncation, anything else (`stop`, `load`,
+/// `unload`, reasons added later) a normal end.
+fn finish_of(reason: &str) -> Finish {
+    if reason == "length" {
+        Finish::Truncated
+    } else {
+        Finish::Complete
+    }
 }
