@@ -199,6 +199,62 @@ fn missing_or_blank_id_is_bad_result_with_clear_problem() {
 }
 
 #[test]
+fn flags_written_as_strings_are_read() {
+    assert_eq!(
+        ok(r#"{"tool_call_id":"c","output":"denied","is_error":"true"}"#),
+        vec![complete("c", "denied", true)]
+    );
+    assert_eq!(
+        ok(r#"{"type":"tool-result","toolCallId":"c","output":"x","isError":"FALSE"}"#),
+        vec![complete("c", "x", false)]
+    );
+    assert_eq!(
+        ok(r#"{"tool_call_id":"c","done":"true","is_error":null}"#),
+        vec![ResultInput::Done {
+            tool_call_id: "c".into(),
+            is_error: false
+        }]
+    );
+}
+
+#[test]
+fn unneeded_fields_of_the_wrong_type_never_fail_a_result() {
+    let shapes = [
+        (
+            r#"{"tool_call_id":"c","output":"ok"}"#,
+            complete("c", "ok", false),
+        ),
+        (
+            r#"{"role":"tool","tool_call_id":"c","content":"ok"}"#,
+            complete("c", "ok", false),
+        ),
+        (
+            r#"{"type":"tool_result","tool_use_id":"c","content":"ok"}"#,
+            complete("c", "ok", false),
+        ),
+        (
+            r#"{"type":"tool-result","toolCallId":"c","output":"ok"}"#,
+            complete("c", "ok", false),
+        ),
+    ];
+    for (body, want) in shapes {
+        for key in [
+            "name",
+            "metadata",
+            "timestamp",
+            "usage",
+            "providerExecuted",
+            "cache_control",
+        ] {
+            for value in support::wrong_typed_values() {
+                let variant = support::with_member(body, &format!("/{key}"), value.clone());
+                assert_eq!(ok(&variant), vec![want.clone()], "{variant}");
+            }
+        }
+    }
+}
+
+#[test]
 fn unrecognised_or_incomplete_shapes_are_bad_result() {
     assert!(problem(r#"{"hello":"world"}"#).starts_with("unrecognised shape"));
     assert!(problem(r#"{"tool_call_id":"c"}"#).contains("`output`, `delta` or `done: true`"));

@@ -13,11 +13,14 @@
 //!
 //! Output text: a string is kept as it is; an array of only text parts/blocks becomes their
 //! texts joined by a newline; any other JSON becomes its compact text. A result without a
-//! usable call id is [`DecodeError::BadResult`]. Results are rare next to chunks, so this
+//! usable call id is [`DecodeError::BadResult`]. Flags (`is_error`, `isError`, `done`) may
+//! also be `"true"`/`"false"`; unknown fields are ignored. Results are rare next to chunks, so this
 //! decoder works on a parsed `serde_json::Value` for clarity rather than speed.
 
 use crate::call::{ResultInput, ToolResult};
+use crate::decode::lenient::Loose;
 use crate::error::{excerpt, DecodeError};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Decodes one message from `toolstream.results.<conv>.<msg>`.
@@ -103,7 +106,7 @@ fn decode_one(value: &Value, body: &[u8], out: &mut Vec<ResultInput>) -> Result<
                     tool_call_id: id,
                     delta: delta.to_string(),
                 });
-            } else if obj.get("done").and_then(Value::as_bool) == Some(true) {
+            } else if obj.get("done").and_then(flag_of) == Some(true) {
                 out.push(ResultInput::Done {
                     tool_call_id: id,
                     is_error: error,
@@ -144,11 +147,19 @@ fn call_id(obj: &Map<String, Value>, key: &str, body: &[u8]) -> Result<String, D
 }
 
 fn is_error(obj: &Map<String, Value>, key: &str, body: &[u8]) -> Result<bool, DecodeError> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
+    match obj
+        .get(key)
+        .map(|v| Loose::deserialize(v).map(|l| l.flag()))
+    {
+        None => Ok(false),
+        Some(Ok(Ok(flag))) => Ok(flag.unwrap_or(false)),
         Some(_) => Err(bad(body, format!("`{key}` must be a boolean"))),
     }
+}
+
+/// A flag as a boolean, `"true"`/`"false"` or `0`/`1`; `None` for anything else.
+fn flag_of(value: &Value) -> Option<bool> {
+    Loose::deserialize(value).ok()?.flag().ok()?
 }
 
 /// A JSON value as result text: a string as it is, `null` as nothing, else compact JSON.
