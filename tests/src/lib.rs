@@ -19,6 +19,8 @@
 //!
 //! Also here: [`recordings_dir`], the recorded provider streams under the repository's
 //! `tests/recordings/`.
+pub mod fault;
+pub mod harness;
 
 mod cluster;
 pub use cluster::{NatsCluster, CLUSTER_NAME};
