@@ -521,7 +521,7 @@ impl ConsumeLoop {
                     message_id = %input.message_id,
                     subject = %input.origin.subject,
                     stream_seq = input.origin.stream_seq,
-                    %reason,
+                    reason = %crate::redact::reason_code(reason),
                     "input dead-lettered"
                 );
             }

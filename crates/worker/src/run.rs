@@ -157,6 +157,11 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let health = Arc::new(Health::default());
 
     let store_dir = config.store_dir();
+    // The store holds users' arguments and results: private before sled writes a byte.
+    crate::private_dir::ensure_private(&config.data_dir)?;
+    if store_dir != config.data_dir {
+        crate::private_dir::ensure_private(&store_dir)?;
+    }
     let store = {
         let dir = store_dir.clone();
         let cfg = config.assembler.clone();
