@@ -102,6 +102,64 @@ pub struct Event {
     /// `message.completed`: the results already matched to those calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_results: Option<Vec<ToolResult>>,
+    /// Set only on an event too large for the server's `max_payload`: the whole event, exactly
+    /// as it would have been published, is the object named here, and this event carries its
+    /// large fields emptied (see [`Event::offloaded`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_ref: Option<PayloadRef>,
+}
+
+/// Where the full form of an offloaded event (or query reply, or dead-letter body) is stored:
+/// a JetStream object store bucket and object. `size` and `sha256` (lowercase hex) are those of
+/// the stored bytes, so a reader can check what it fetched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayloadRef {
+    /// The object store bucket (`TOOLSTREAM_PAYLOADS`).
+    pub bucket: String,
+    /// The object's name (for an event: its `event_id`).
+    pub object: String,
+    /// Size of the object in bytes.
+    pub size: u64,
+    /// SHA-256 of the object, 64 lowercase hex digits.
+    pub sha256: String,
+}
+
+impl PayloadRef {
+    /// The reference to `bytes` stored as `object` in `bucket`.
+    pub fn for_bytes(bucket: &str, object: &str, bytes: &[u8]) -> PayloadRef {
+        PayloadRef {
+            bucket: bucket.to_string(),
+            object: object.to_string(),
+            size: bytes.len() as u64,
+            sha256: hex(&sha256(bytes)),
+        }
+    }
+}
+
+/// SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// How much of an event [`Event::offloaded`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offload {
+    /// Every field, with the large ones emptied: `arguments` `null` and `raw_arguments` `""`
+    /// on `tool_call` and every `calls[].tool_call`, `output` `""` on `tool_result` and every
+    /// `tool_results[]`.
+    Slim,
+    /// Only the common fields, `reason`, `finish_reason` and `payload_ref` (when even the slim
+    /// form is too large, e.g. a message with thousands of calls).
+    Bare,
 }
 
 impl Event {
@@ -126,7 +184,44 @@ impl Event {
             finish_reason: None,
             calls: None,
             tool_results: None,
+            payload_ref: None,
         }
+    }
+
+    /// The small form of an event too large to publish: its full JSON is stored as the object
+    /// `payload_ref` names, and this form carries the same type, ids and reasons with the large
+    /// fields emptied ([`Offload`]). A subscriber seeing `payload_ref` fetches the object for
+    /// the whole event.
+    pub fn offloaded(&self, payload_ref: PayloadRef, level: Offload) -> Event {
+        let mut e = self.clone();
+        match level {
+            Offload::Slim => {
+                let slim_call = |c: &mut ToolCall| {
+                    c.arguments = serde_json::Value::Null;
+                    c.raw_arguments.clear();
+                };
+                if let Some(c) = e.tool_call.as_mut() {
+                    slim_call(c);
+                }
+                if let Some(r) = e.tool_result.as_mut() {
+                    r.output.clear();
+                }
+                for c in e.calls.iter_mut().flatten() {
+                    slim_call(&mut c.tool_call);
+                }
+                for r in e.tool_results.iter_mut().flatten() {
+                    r.output.clear();
+                }
+            }
+            Offload::Bare => {
+                e.tool_call = None;
+                e.tool_result = None;
+                e.calls = None;
+                e.tool_results = None;
+            }
+        }
+        e.payload_ref = Some(payload_ref);
+        e
     }
 }
 

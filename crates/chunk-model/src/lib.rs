@@ -39,6 +39,9 @@ pub use call::{parse_arguments, CallOutcome, CallStatus, ResultInput, ToolCall, 
 pub use chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue};
 pub use decode::{decode, decode_result, detect_provider};
 pub use error::DecodeError;
-pub use event::{event_id, synthetic_call_id, Event, EventSubject, EventType, SCHEMA_VERSION};
+pub use event::{
+    event_id, synthetic_call_id, Event, EventSubject, EventType, Offload, PayloadRef,
+    SCHEMA_VERSION,
+};
 pub use provider::{Provider, UnknownProvider};
 pub use snapshot::{MessageSnapshot, MessageStatus};

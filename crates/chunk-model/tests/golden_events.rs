@@ -5,8 +5,8 @@
 //! change here is a change of the output contract.
 
 use chunk_model::{
-    event_id, CallOutcome, CallStatus, Event, EventSubject, EventType, Provider, ToolCall,
-    ToolResult,
+    event_id, CallOutcome, CallStatus, Event, EventSubject, EventType, Offload, PayloadRef,
+    Provider, ToolCall, ToolResult,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -154,6 +154,8 @@ fn cases() -> Vec<(&'static str, Event)> {
     ]);
     message.tool_results = Some(vec![result]);
 
+    let offloaded = offloaded_write_file();
+
     vec![
         ("tool_call.started.json", started),
         (
@@ -180,7 +182,116 @@ fn cases() -> Vec<(&'static str, Event)> {
         ("tool_result.completed.json", result_completed),
         ("tool_result.orphaned.json", orphaned),
         ("message.completed.json", message),
+        ("tool_call.completed.offloaded.json", offloaded),
     ]
+}
+
+/// A `write_file` call whose arguments are too large for `max_payload` (here only 4 KiB of
+/// content, the form is the same): the whole event, exactly as it would have been published,
+/// is the object the small event's `payload_ref` names.
+fn full_write_file() -> Event {
+    let content = "0123456789abcdef".repeat(256);
+    let raw =
+        serde_json::to_string(&json!({"path": "/tmp/big.bin", "content": content})).expect("json");
+    let mut e = Event::new(
+        EventType::ToolCallCompleted,
+        event_id(
+            "conv-1",
+            "msg-3",
+            EventSubject::Call(0),
+            EventType::ToolCallCompleted,
+        ),
+        "conv-1",
+        "msg-3",
+        Some(Provider::OpenaiChat),
+    );
+    e.tool_call = Some(ToolCall {
+        id: "call_big1".into(),
+        name: "write_file".into(),
+        arguments: serde_json::from_str(&raw).expect("valid"),
+        raw_arguments: raw,
+        index: 0,
+        provider_metadata: serde_json::Map::new(),
+    });
+    e
+}
+
+fn offloaded_write_file() -> Event {
+    let full = full_write_file();
+    let object = serde_json::to_vec(&full).expect("serialize");
+    let payload_ref = PayloadRef::for_bytes("TOOLSTREAM_PAYLOADS", &full.event_id, &object);
+    full.offloaded(payload_ref, Offload::Slim)
+}
+
+#[test]
+fn an_offloaded_event_names_the_full_event_by_size_and_sha256() {
+    let full = full_write_file();
+    let object = serde_json::to_vec(&full).expect("serialize");
+    let small = offloaded_write_file();
+    let r = small.payload_ref.as_ref().expect("payload_ref");
+    assert_eq!(
+        r.object, full.event_id,
+        "the object is named by the event id"
+    );
+    assert_eq!(r.size, object.len() as u64);
+    assert_eq!(
+        r.sha256,
+        chunk_model::event::hex(&chunk_model::event::sha256(&object))
+    );
+    assert_eq!(r.sha256.len(), 64);
+    // same type and ids, large fields emptied
+    assert_eq!(small.event_type, full.event_type);
+    assert_eq!(small.event_id, full.event_id);
+    let call = small.tool_call.as_ref().expect("call kept");
+    assert_eq!(
+        (call.id.as_str(), call.name.as_str()),
+        ("call_big1", "write_file")
+    );
+    assert_eq!(call.arguments, Value::Null);
+    assert_eq!(call.raw_arguments, "");
+    // the object parses back to the full event
+    let back: Event = serde_json::from_slice(&object).expect("object is the event");
+    assert_eq!(back, full);
+    assert!(back.payload_ref.is_none());
+}
+
+#[test]
+fn schema_accepts_offloaded_events_only_with_their_large_fields_emptied() {
+    let validator = schema();
+    let slim = serde_json::to_value(offloaded_write_file()).expect("to value");
+    assert!(validator.is_valid(&slim), "slim offloaded event");
+    let bare = serde_json::to_value(full_write_file().offloaded(
+        offloaded_write_file().payload_ref.expect("ref"),
+        Offload::Bare,
+    ))
+    .expect("to value");
+    assert!(validator.is_valid(&bare), "bare offloaded event: {bare}");
+    assert!(bare.get("tool_call").is_none());
+
+    let mut with_args = slim.clone();
+    with_args["tool_call"]["raw_arguments"] = json!("{}");
+    assert!(
+        !validator.is_valid(&with_args),
+        "an offloaded event carries no argument text"
+    );
+    let mut bad_sha = slim.clone();
+    bad_sha["payload_ref"]["sha256"] = json!("xyz");
+    assert!(!validator.is_valid(&bad_sha), "sha256 is 64 hex digits");
+    let mut no_size = slim.clone();
+    no_size["payload_ref"]
+        .as_object_mut()
+        .expect("object")
+        .remove("size");
+    assert!(!validator.is_valid(&no_size), "size is required");
+    let mut bare_without_ref = bare.clone();
+    bare_without_ref
+        .as_object_mut()
+        .expect("object")
+        .remove("payload_ref");
+    assert!(
+        !validator.is_valid(&bare_without_ref),
+        "without payload_ref a completed event needs its call"
+    );
 }
 
 #[test]
