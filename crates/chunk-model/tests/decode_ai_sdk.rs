@@ -641,3 +641,14 @@ proptest! {
         let _ = chunk_model::decode(P, shaped.to_string().as_bytes());
     }
 }
+
+proptest! {
+    /// The finish part: whatever its members hold, it ends the message or the stream, never
+    /// an error (issue 7: the v6 object finishReason was dead-lettered).
+    #[test]
+    fn finish_part_never_fails_whatever_its_fields_hold(v in arb_json()) {
+        let c = json!({"type": "finish", "finishReason": v, "usage": v, "totalUsage": v, "rawFinishReason": v, "providerMetadata": v, "messageMetadata": v, "response": v, "id": v, "toolCallId": v, "delta": v, "preliminary": v, "isError": v, "errorText": v});
+        let events = chunk_model::decode(P, c.to_string().as_bytes());
+        prop_assert!(matches!(events.as_deref(), Ok([ChunkEvent::MessageEnd { .. } | ChunkEvent::StreamEnd])), "{:?}", events);
+    }
+}

@@ -470,3 +470,15 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// `message_delta`: usage, index, content_block and a stop_reason of any shape never
+    /// fail the chunk.
+    #[test]
+    fn message_delta_never_fails_whatever_its_fields_hold(v in arb_json()) {
+        let c = serde_json::json!({"type": "message_delta", "delta": {"stop_reason": v, "stop_sequence": v, "type": v, "partial_json": v}, "usage": v, "index": v, "content_block": v});
+        prop_assert!(chunk_model::decode(P, c.to_string().as_bytes()).is_ok());
+        let c = serde_json::json!({"type": "message_delta", "delta": v, "usage": v});
+        prop_assert!(chunk_model::decode(P, c.to_string().as_bytes()).is_ok());
+    }
+}

@@ -326,3 +326,18 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// `metadata`, padding, `messageStop` members and exceptions of any shape never fail.
+    #[test]
+    fn unneeded_members_never_fail_whatever_they_hold(v in arb_json()) {
+        let c = serde_json::json!({"metadata": v, "p": v});
+        prop_assert!(chunk_model::decode(P, c.to_string().as_bytes()).is_ok());
+        let c = serde_json::json!({"messageStop": {"stopReason": v, "additionalModelResponseFields": v}, "p": v});
+        prop_assert!(chunk_model::decode(P, c.to_string().as_bytes()).is_ok());
+        let c = serde_json::json!({"throttlingException": v});
+        prop_assert!(chunk_model::decode(P, c.to_string().as_bytes()).is_ok());
+        let c = serde_json::json!({"contentBlockDelta": {"contentBlockIndex": v, "delta": {"text": v}}});
+        prop_assert!(chunk_model::decode(P, c.to_string().as_bytes()).is_ok());
+    }
+}

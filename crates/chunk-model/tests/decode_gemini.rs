@@ -570,3 +570,12 @@ fn cut_off_array_stream_is_not_json() {
     let e = decode_err(P, r#"[{"candidates":[]},{"candid"#);
     assert!(matches!(e, DecodeError::NotJson { .. }), "{e:?}");
 }
+
+proptest! {
+    /// Usage, metadata and finish/block reasons of any shape never fail a chunk.
+    #[test]
+    fn usage_and_metadata_never_fail_whatever_they_hold(v in arb_json()) {
+        let c = json!({"candidates": [{"content": {"parts": [{"text": v, "thoughtSignature": v}], "role": v}, "finishReason": v, "index": v, "safetyRatings": v, "citationMetadata": v, "avgLogprobs": v}], "usageMetadata": v, "modelVersion": v, "responseId": v, "promptFeedback": v});
+        prop_assert!(chunk_model::decode(P, c.to_string().as_bytes()).is_ok());
+    }
+}

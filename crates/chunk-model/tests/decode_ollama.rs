@@ -279,3 +279,13 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Timings, model, content and a done_reason of any shape never fail the final line.
+    #[test]
+    fn final_line_never_fails_whatever_its_unneeded_fields_hold(v in arb_json()) {
+        let c = json!({"model": v, "created_at": v, "message": {"role": v, "content": v, "thinking": v, "images": v}, "done": true, "done_reason": v, "total_duration": v, "eval_count": v, "context": v});
+        let events = chunk_model::decode(P, c.to_string().as_bytes());
+        prop_assert!(matches!(events.as_deref(), Ok([ChunkEvent::MessageEnd { .. } | ChunkEvent::StreamEnd])), "{:?}", events);
+    }
+}

@@ -577,3 +577,13 @@ proptest! {
         prop_assert_eq!(glued, text);
     }
 }
+
+proptest! {
+    /// A finish chunk: envelope members, usage, logprobs and the finish reason of any shape
+    /// never fail it.
+    #[test]
+    fn finish_chunk_never_fails_whatever_its_unneeded_fields_hold(v in arb_json()) {
+        let c = serde_json::json!({"id": v, "object": v, "created": v, "model": v, "usage": v, "system_fingerprint": v, "obfuscation": v, "choices": [{"index": 0, "delta": {"role": v, "content": v}, "logprobs": v, "finish_reason": v, "content_filter_results": v}]});
+        prop_assert!(chunk_model::decode(P, c.to_string().as_bytes()).is_ok());
+    }
+}

@@ -419,3 +419,16 @@ proptest! {
         let _ = chunk_model::decode(P, shaped.to_string().as_bytes());
     }
 }
+
+proptest! {
+    /// `response.completed` always completes the message, whatever `response` and the other
+    /// members hold.
+    #[test]
+    fn completed_never_fails_whatever_its_fields_hold(v in arb_json()) {
+        let c = json!({"type": "response.completed", "sequence_number": v, "response": v, "output_index": v, "item_id": v, "delta": v, "item": v, "name": v, "arguments": v});
+        prop_assert_eq!(
+            chunk_model::decode(P, c.to_string().as_bytes()),
+            Ok(vec![ChunkEvent::MessageEnd { finish: Finish::Complete, reason: "completed".into() }])
+        );
+    }
+}
