@@ -235,6 +235,30 @@ impl NatsCluster {
             .map(str::to_string)
     }
 
+    /// The running nodes that hold a client connection named `client_name` (from each node's
+    /// `/connz`), e.g. the worker's `toolstream-<consumer>-p<partition>`.
+    pub fn nodes_serving(&mut self, client_name: &str) -> Vec<usize> {
+        let running: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.is_running(i))
+            .collect();
+        running
+            .into_iter()
+            .filter(|&i| {
+                http_get(self.nodes[i].http_port, "/connz?limit=4096")
+                    .filter(|(status, _)| *status == 200)
+                    .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+                    .and_then(|v| {
+                        v["connections"].as_array().map(|conns| {
+                            conns
+                                .iter()
+                                .any(|c| c["name"].as_str() == Some(client_name))
+                        })
+                    })
+                    .unwrap_or(false)
+            })
+            .collect()
+    }
+
     /// Waits until every running node names the same, running JetStream meta leader; its name.
     pub fn wait_meta_leader(&mut self, limit: Duration) -> Result<String, HarnessError> {
         let deadline = Instant::now() + limit;
@@ -327,4 +351,31 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let (head, body) = out.split_once("\r\n\r\n")?;
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, body.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_serving_a_named_client_is_found_through_connz() {
+        let bin = crate::debian_server().expect("Debian's nats-server");
+        let mut cluster = NatsCluster::start(&bin).expect("cluster starts");
+        let (port, _, _) = cluster.ports(1);
+        let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        conn.write_all(b"CONNECT {\"name\":\"probe\",\"verbose\":false}\r\nPING\r\n")
+            .unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 512];
+        while !String::from_utf8_lossy(&seen).contains("PONG") {
+            let n = conn.read(&mut buf).expect("server answers PING");
+            assert!(n > 0, "connection closed");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(cluster.nodes_serving("probe"), vec![1]);
+        assert!(cluster.nodes_serving("nobody").is_empty());
+        cluster.kill(1);
+        assert!(cluster.nodes_serving("probe").is_empty());
+    }
 }

@@ -173,6 +173,9 @@ async fn single_server_sigkilled_mid_run_on_current_nats() {
 
 const CLUSTER_MESSAGES: usize = 18;
 
+/// The worker's NATS connection name (`toolstream-<consumer>-p<partition>`).
+const WORKER_CLIENT: &str = "toolstream-toolstream-p0";
+
 /// A test client that knows every node, so it survives the loss of any one.
 async fn cluster_client(cluster: &NatsCluster) -> async_nats::Client {
     let addrs: Vec<async_nats::ServerAddr> = cluster
@@ -260,17 +263,32 @@ async fn cluster_node_killed_mid_run(bin: ServerBin) {
         )
         .await;
 
-    // First a node that does not lead the input stream, then the one that does.
-    let leader = stream_leader(&js, "TOOLSTREAM_IN").await;
-    let leader_k = cluster.index_of(&leader).expect("leader is a node");
-    let follower = (leader_k + 1) % cluster.len();
-    kill_and_bring_back(&mut cluster, follower).await;
+    // First the node the worker is connected to (it must fail over to another), then the one
+    // that leads the input stream (JetStream must elect another while input flows).
+    let phase = |what: &str| {
+        eprintln!(
+            "nats-server {}: {what} at {:?}",
+            bin.version,
+            started.elapsed()
+        )
+    };
+    let serving = cluster.nodes_serving(WORKER_CLIENT);
+    let [worker_node] = serving[..] else {
+        panic!("the worker is connected to one node, not {serving:?}");
+    };
+    phase(&format!(
+        "killing {} (the worker's node)",
+        cluster.name(worker_node)
+    ));
+    kill_and_bring_back(&mut cluster, worker_node).await;
+    phase("it is back and current");
     let leader = stream_leader(&js, "TOOLSTREAM_IN").await;
     let leader_k = cluster.index_of(&leader).expect("leader is a node");
     let flowing_at_leader_kill = tasks.iter().any(|t| !t.is_finished());
+    phase(&format!("killing {leader} (TOOLSTREAM_IN's leader)"));
     cluster.kill(leader_k);
     let new_leader = stream_leader_other_than(&js, &leader).await;
-    assert_ne!(new_leader, leader);
+    phase(&format!("{new_leader} leads TOOLSTREAM_IN"));
     tokio::time::sleep(Duration::from_millis(1000)).await;
     cluster
         .restart(leader_k)
@@ -278,11 +296,10 @@ async fn cluster_node_killed_mid_run(bin: ServerBin) {
     cluster
         .wait_current(leader_k, WAIT)
         .unwrap_or_else(|e| panic!("{e}"));
-    let flowing_after_faults = tasks.iter().any(|t| !t.is_finished());
-    eprintln!(
-        "{bin}: faults done after {:?}; input still flowing: {flowing_after_faults}",
-        started.elapsed()
-    );
+    phase(&format!(
+        "{leader} is back and current; input still flowing: {}",
+        tasks.iter().any(|t| !t.is_finished())
+    ));
 
     for t in tasks {
         t.await.unwrap();
@@ -291,6 +308,11 @@ async fn cluster_node_killed_mid_run(bin: ServerBin) {
         cluster.logs()
     })
     .await;
+    phase("all checked");
+    assert!(
+        worker.log().contains("disconnected from NATS"),
+        "the worker lost its node and failed over"
+    );
     assert!(
         flowing_at_leader_kill,
         "input was still flowing when the input stream's leader was killed (mid-run)"
