@@ -1,7 +1,8 @@
 //! Provisioning against a real nats-server: streams and the consumer are created with the
 //! settings toolstream needs; existing ones with incompatible settings stop the worker with an
 //! error naming the field and are left untouched; with partitions, each worker owns one durable
-//! consumer filtered on its partition and together they assemble every stream once.
+//! consumer filtered on its partition and together they assemble every stream once; replicas
+//! (`--replicas`) are applied, and an existing stream with another count is refused.
 
 mod common;
 
@@ -274,4 +275,55 @@ async fn two_partitions_two_workers_every_stream_assembled_once() {
     );
     assert!(dir.path().join("w0/partition-0").is_dir());
     assert!(dir.path().join("w1/partition-1").is_dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_above_one_on_a_single_server_stop_the_worker_with_the_servers_reason() {
+    let server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::start(
+        &server.url(),
+        &dir.path().join("store"),
+        &["--replicas", "3"],
+    );
+    assert_eq!(worker.wait_exit(WAIT), Some(false), "{}", worker.log());
+    let log = worker.log();
+    assert!(log.contains("create stream TOOLSTREAM_IN"), "{log}");
+    assert!(log.contains("non-clustered"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_r1_stream_on_a_cluster_stops_an_r3_worker_naming_num_replicas() {
+    let bin = toolstream_testkit::debian_server().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = toolstream_testkit::NatsCluster::start(&bin).expect("cluster");
+    let js = async_nats::jetstream::new(client(&cluster.url(0)).await);
+    js.create_stream(stream::Config {
+        name: "TOOLSTREAM_IN".to_string(),
+        subjects: vec!["toolstream.chunks.>".into(), "toolstream.results.>".into()],
+        storage: StorageType::File,
+        num_replicas: 1,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::start(
+        &cluster.urls_joined(),
+        &dir.path().join("store"),
+        &["--replicas", "3"],
+    );
+    assert_eq!(worker.wait_exit(WAIT), Some(false), "{}", worker.log());
+    let log = worker.log();
+    assert!(log.contains("TOOLSTREAM_IN"), "{log}");
+    assert!(
+        log.contains("`num_replicas` is 1 but toolstream needs 3"),
+        "{log}"
+    );
+    let mut s = js.get_stream("TOOLSTREAM_IN").await.unwrap();
+    assert_eq!(
+        s.info().await.unwrap().config.num_replicas,
+        1,
+        "left untouched"
+    );
 }
