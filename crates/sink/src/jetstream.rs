@@ -8,18 +8,27 @@
 //! between PubAck and delete). A row is never deleted before its PubAck, so a crash anywhere
 //! loses nothing, and the stream's duplicate window keeps a re-publish from showing twice.
 //!
-//! A row the server can never take (larger than its `max_payload`, e.g. a call with megabytes
-//! of arguments, which an event carries twice) would block every row behind it forever; it is
-//! replaced by a small dead letter on `<prefix>.dlq.<conv>.<msg>` (reason `event_too_large`,
-//! naming the event id and size) and deleted once that is confirmed.
+//! A row larger than the server's `max_payload` (e.g. a call with megabytes of arguments, which
+//! an event carries twice) is never dropped and never blocks the rows behind it
+//! ([`crate::payloads`]):
+//! - an event is stored whole in the payload bucket (object = its `event_id`, written only
+//!   if missing) and then published in its small form with `payload_ref`, same subject and
+//!   `Nats-Msg-Id`; if the bucket cannot be written the round fails and is retried;
+//! - a dead letter keeps its reason and headers, with its body cut to fit and the
+//!   `Toolstream-Body-*` headers (the whole body stored in the bucket when possible).
+//!
+//! Only a row that is not a readable event and still does not fit is replaced by a small dead
+//! letter on `<prefix>.dlq.<conv>.<msg>` (reason `event_too_large`).
 //!
 //! The loop around rounds (wake-ups, backoff, shutdown) lives in the worker.
 
+use crate::payloads::{self, Payloads};
 use assembler::{OutboxEntry, OutboxKind, StoreError};
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
+use chunk_model::{Event, Offload};
 use std::future::IntoFuture;
 use std::sync::Arc;
 
@@ -75,6 +84,14 @@ pub enum RelayError {
     /// The blocking store task panicked or was cancelled.
     #[error("store task: {0}")]
     Join(String),
+    /// An event too large to publish could not be stored in the payload bucket (retried).
+    #[error("storing oversized event {msg_id}: {source}")]
+    Payload {
+        /// Its `Nats-Msg-Id` (the event id).
+        msg_id: String,
+        /// Why.
+        source: payloads::PayloadError,
+    },
 }
 
 /// What one round did.
@@ -89,6 +106,10 @@ pub struct Round {
     pub duplicates: usize,
     /// Rows larger than the server's `max_payload`, replaced by a dead letter saying so.
     pub too_large: usize,
+    /// Of the events, those published in their small form with `payload_ref`.
+    pub offloaded: usize,
+    /// Of the dead letters, those published with their body cut.
+    pub cut: usize,
     /// The peek was full: more rows are probably waiting.
     pub more: bool,
     /// Why the round stopped early, if it did. Confirmed rows were still deleted.
@@ -102,6 +123,19 @@ enum Sent {
     AsIs,
     /// Replaced by a dead letter: the row is larger than the server's `max_payload`.
     Replaced,
+    /// An event in its small form, the whole event stored as an object.
+    Offloaded,
+    /// A dead letter with its body cut.
+    Cut,
+}
+
+/// The headers of a row as a NATS header map.
+fn header_map(headers: &[(String, String)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        map.insert(name.as_str(), value.as_str());
+    }
+    map
 }
 
 /// Publishes outbox rows to JetStream.
@@ -111,6 +145,8 @@ pub struct Relay {
     prefix: String,
     batch: usize,
     crash_point: Option<CrashPoint>,
+    payloads: Payloads,
+    hold_after_puts: Option<CrashPoint>,
 }
 
 /// A test failpoint: abort the process once this many publishes have been confirmed, after
@@ -126,11 +162,31 @@ impl Relay {
     /// A relay publishing under `prefix`, at most `batch` rows per round.
     pub fn new(js: Context, prefix: &str, batch: usize) -> Relay {
         Relay {
+            payloads: Payloads::new(js.clone(), payloads::BUCKET, 1),
             js,
             prefix: prefix.to_string(),
             batch: batch.max(1),
             crash_point: None,
+            hold_after_puts: None,
         }
+    }
+
+    /// Where events and dead-letter bodies too large for `max_payload` go (default: bucket
+    /// [`payloads::BUCKET`], created with one replica when missing).
+    pub fn with_payloads(mut self, payloads: Payloads) -> Relay {
+        self.payloads = payloads;
+        self
+    }
+
+    /// Test failpoint: once `after` oversized events have been stored in the payload bucket,
+    /// stop the relay for good right after storing, before publishing the event — the window
+    /// a crash test kills the process in. `None` disables it.
+    pub fn with_hold_after_payload_puts(mut self, after: Option<u64>) -> Relay {
+        self.hold_after_puts = after.map(|after| CrashPoint {
+            after,
+            confirmed: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        });
+        self
     }
 
     /// Test failpoint: abort the process when `after` publishes have been confirmed, before
@@ -187,6 +243,98 @@ impl Relay {
         (subject, publish)
     }
 
+    /// What goes out instead of a row larger than `max_payload` (see the module docs): the
+    /// subject, the message and how it was changed. An error only when an event could not be
+    /// stored in the payload bucket (the round is retried).
+    async fn oversized(
+        &self,
+        row: &OutboxEntry,
+        subject: String,
+        error: &PublishError,
+    ) -> Result<(String, PublishMessage, Sent), RelayError> {
+        let max_payload = self.payloads.max_payload();
+        match row.kind {
+            OutboxKind::DeadLetter => {
+                let (headers, body) = payloads::fit_dead_letter(
+                    &self.payloads,
+                    row.headers.clone(),
+                    &row.msg_id,
+                    row.payload.clone().into(),
+                )
+                .await;
+                tracing::warn!(
+                    %subject,
+                    msg_id = %row.msg_id,
+                    size = row.payload.len(),
+                    max_payload,
+                    "dead letter larger than the server's max_payload; publishing it with its body cut"
+                );
+                let publish = PublishMessage::build()
+                    .headers(header_map(&headers))
+                    .message_id(&row.msg_id)
+                    .payload(body);
+                Ok((subject, publish, Sent::Cut))
+            }
+            OutboxKind::Event => {
+                let Ok(event) = serde_json::from_slice::<Event>(&row.payload) else {
+                    let (dlq_subject, replacement) = self.too_large(row, error);
+                    tracing::error!(%subject, msg_id = %row.msg_id, size = row.payload.len(), error = %error,
+                        "outbox row larger than the server's max_payload and not an event; dead-lettering it");
+                    return Ok((dlq_subject, replacement, Sent::Replaced));
+                };
+                let (reference, written) = self
+                    .payloads
+                    .put(&event.event_id, &row.payload)
+                    .await
+                    .map_err(|source| RelayError::Payload {
+                    msg_id: row.msg_id.clone(),
+                    source,
+                })?;
+                tracing::info!(
+                    %subject,
+                    msg_id = %row.msg_id,
+                    size = row.payload.len(),
+                    max_payload,
+                    bucket = %reference.bucket,
+                    object = %reference.object,
+                    written,
+                    "event larger than the server's max_payload stored as an object; publishing it with payload_ref"
+                );
+                if let Some(hold) = &self.hold_after_puts {
+                    let n = hold
+                        .confirmed
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                        + 1;
+                    if n >= hold.after {
+                        tracing::error!(
+                            object = %reference.object,
+                            "failpoint: payload stored, holding the event (relay stopped)"
+                        );
+                        std::future::pending::<()>().await;
+                    }
+                }
+                for level in [Offload::Slim, Offload::Bare] {
+                    let small = event.offloaded(reference.clone(), level);
+                    let body = match serde_json::to_vec(&small) {
+                        Ok(body) => body,
+                        Err(_) => continue,
+                    };
+                    if payloads::fits(&row.headers, Some(&row.msg_id), body.len(), max_payload) {
+                        let publish = PublishMessage::build()
+                            .headers(header_map(&row.headers))
+                            .message_id(&row.msg_id)
+                            .payload(body.into());
+                        return Ok((subject, publish, Sent::Offloaded));
+                    }
+                }
+                let (dlq_subject, replacement) = self.too_large(row, error);
+                tracing::error!(%subject, msg_id = %row.msg_id, size = row.payload.len(), error = %error,
+                    "event too large for max_payload even in its small form; dead-lettering it");
+                Ok((dlq_subject, replacement, Sent::Replaced))
+            }
+        }
+    }
+
     /// Runs one round against `outbox` (see the module docs).
     pub async fn round<O: Outbox>(&self, outbox: &Arc<O>) -> Round {
         let mut round = Round::default();
@@ -229,19 +377,19 @@ impl Relay {
             match self.js.send_publish(subject.clone(), publish).await {
                 Ok(ack) => pending.push((row, subject, ack, Sent::AsIs)),
                 Err(source) if source.kind() == PublishErrorKind::MaxPayloadExceeded => {
-                    let (dlq_subject, replacement) = self.too_large(row, &source);
-                    tracing::error!(
-                        %subject,
-                        msg_id = %row.msg_id,
-                        size = row.payload.len(),
-                        error = %source,
-                        "outbox row larger than the server's max_payload; dead-lettering it"
-                    );
-                    match self.js.send_publish(dlq_subject.clone(), replacement).await {
-                        Ok(ack) => pending.push((row, dlq_subject, ack, Sent::Replaced)),
+                    let (out_subject, replacement, sent) =
+                        match self.oversized(row, subject, &source).await {
+                            Ok(out) => out,
+                            Err(e) => {
+                                round.error = Some(e);
+                                break;
+                            }
+                        };
+                    match self.js.send_publish(out_subject.clone(), replacement).await {
+                        Ok(ack) => pending.push((row, out_subject, ack, sent)),
                         Err(source) => {
                             round.error = Some(RelayError::Send {
-                                subject: dlq_subject,
+                                subject: out_subject,
                                 source,
                             });
                             break;
@@ -272,6 +420,14 @@ impl Relay {
                     }
                     match (sent, row.kind) {
                         (Sent::Replaced, _) => round.too_large += 1,
+                        (Sent::Offloaded, _) => {
+                            round.events += 1;
+                            round.offloaded += 1;
+                        }
+                        (Sent::Cut, _) => {
+                            round.dead_letters += 1;
+                            round.cut += 1;
+                        }
                         (Sent::AsIs, OutboxKind::Event) => round.events += 1,
                         (Sent::AsIs, OutboxKind::DeadLetter) => round.dead_letters += 1,
                     }

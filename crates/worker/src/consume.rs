@@ -538,16 +538,33 @@ impl ConsumeLoop {
     }
 
     /// Publishes a rejected message to its DLQ subject and waits for the PubAck.
+    ///
+    /// A dead letter larger than the server's `max_payload` (a body that filled it, plus these
+    /// headers) keeps its reason and headers with its body cut, `Toolstream-Body-Truncated:
+    /// <original size>` and `Toolstream-Body-Sha256`, and the whole body stored in the payload
+    /// bucket (`Toolstream-Body-Ref: <bucket>/<object>`) when that is possible
+    /// (`sink::payloads::fit_dead_letter`): it is always published, never given up on for its
+    /// size.
     async fn dead_letter_now(&self, msg: &jetstream::Message, rejected: &Rejected) -> Disposition {
         let stream_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+        let msg_id = format!("dlq:in:{stream_seq}");
+        let fields = vec![
+            (HEADER_REASON.to_string(), rejected.reason.clone()),
+            (HEADER_ORIGINAL_SUBJECT.to_string(), msg.subject.to_string()),
+            (HEADER_ORIGINAL_SEQ.to_string(), stream_seq.to_string()),
+        ];
+        // the bucket is provisioned at start; this only opens it, and only for a body too large
+        let payloads = sink::payloads::Payloads::open(self.js.clone(), sink::payloads::BUCKET);
+        let (fields, body) =
+            sink::payloads::fit_dead_letter(&payloads, fields, &msg_id, msg.payload.clone()).await;
         let mut headers = HeaderMap::new();
-        headers.insert(HEADER_REASON, rejected.reason.as_str());
-        headers.insert(HEADER_ORIGINAL_SUBJECT, msg.subject.as_str());
-        headers.insert(HEADER_ORIGINAL_SEQ, stream_seq.to_string().as_str());
+        for (name, value) in &fields {
+            headers.insert(name.as_str(), value.as_str());
+        }
         let publish = PublishMessage::build()
             .headers(headers)
-            .message_id(format!("dlq:in:{stream_seq}"))
-            .payload(msg.payload.clone());
+            .message_id(msg_id)
+            .payload(body);
         tracing::warn!(
             subject = %msg.subject,
             stream_seq,

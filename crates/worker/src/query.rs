@@ -16,6 +16,12 @@
 //! deploy/nats-server.conf maps `toolstream.query.*` requests to the partition that holds the
 //! conversation, exactly like its input.
 //!
+//! A reply larger than the server's `max_payload` (e.g. the snapshot of a message with a
+//! 1 MiB argument, which a snapshot carries twice) is stored in the payload bucket as
+//! `query_<sha256>` and the reply is `{"payload_ref":{"bucket","object","size","sha256"}}`
+//! instead: fetch the object for the whole reply (`sink::payloads::fit_reply`). If it cannot
+//! be stored the request gets a 500 service error saying so, never silence.
+//!
 //! Shutdown: [`serve`] takes a `tokio::sync::watch::Receiver<bool>`; it stops the service when
 //! the value becomes `true` (or the sender is dropped), then lets requests in flight finish
 //! (bounded by [`DRAIN_TIMEOUT`]).
@@ -115,6 +121,7 @@ enum Kind {
 pub async fn serve(
     client: async_nats::Client,
     store: Arc<assembler::Store>,
+    payloads: sink::payloads::Payloads,
     prefix: String,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
@@ -157,9 +164,18 @@ pub async fn serve(
         };
         let store = store.clone();
         let prefix = prefix.clone();
+        let payloads = payloads.clone();
         in_flight.spawn(async move {
             let subject = request.message.subject.to_string();
-            let answer = answer(kind, &prefix, &subject, &request.message.payload, store).await;
+            let answer = match answer(kind, &prefix, &subject, &request.message.payload, store)
+                .await
+            {
+                // too large for max_payload: stored, answered by reference
+                Ok(body) => sink::payloads::fit_reply(&payloads, body)
+                    .await
+                    .map_err(|e| QueryError::Render(format!("reply larger than max_payload: {e}"))),
+                Err(e) => Err(e),
+            };
             let response = match answer {
                 Ok(body) => Ok(body),
                 Err(err) => {

@@ -49,6 +49,13 @@ impl RelayTask {
             Metrics::add(&self.metrics.publish_errors, 1);
             tracing::warn!(error = %e, "relay round failed; backing off");
         }
+        if round.offloaded > 0 || round.cut > 0 {
+            tracing::info!(
+                offloaded = round.offloaded,
+                cut = round.cut,
+                "rows larger than max_payload published: events with payload_ref, dead letters with their body cut"
+            );
+        }
         if round.duplicates > 0 {
             tracing::debug!(
                 duplicates = round.duplicates,

@@ -59,7 +59,10 @@ fn init_tracing(format: LogFormat) {
 /// Test-only failpoints for the crash tests, off unless set:
 /// `TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS=N` aborts the process once N publishes are
 /// confirmed, before their outbox rows are deleted; `TOOLSTREAM_FAILPOINT_ABORT_AFTER_FLUSHES=N`
-/// aborts after the N-th batch flush, before the batch is acked.
+/// aborts after the N-th batch flush, before the batch is acked;
+/// `TOOLSTREAM_FAILPOINT_HOLD_AFTER_PAYLOAD_PUTS=N` stops the relay for good once the N-th event
+/// too large for `max_payload` is stored in the payload bucket, before that event is published
+/// (a test then SIGKILLs the process in that window).
 fn failpoint(var: &str) -> Option<u64> {
     let n = std::env::var(var).ok()?.parse().ok()?;
     tracing::warn!(
@@ -71,8 +74,8 @@ fn failpoint(var: &str) -> Option<u64> {
 }
 
 /// An event carries a call's arguments twice (raw and parsed): with the server's `max_payload`
-/// below that, the biggest calls' events cannot be published and go to the DLQ
-/// (`event_too_large`). Says so once at start.
+/// below that, the biggest calls' events are published in their small form with `payload_ref`
+/// (the whole event in the payload bucket, `sink::payloads`). Says so once at start.
 fn warn_if_events_can_outgrow_max_payload(client: &async_nats::Client, config: &Config) {
     let max_payload = client.server_info().max_payload;
     let needed = config
@@ -85,9 +88,9 @@ fn warn_if_events_can_outgrow_max_payload(client: &async_nats::Client, config: &
             max_payload,
             max_argument_bytes = config.assembler.max_argument_bytes,
             "the server's max_payload is below what an event of a call with max_argument_bytes \
-             of arguments needs (about twice that); such events go to the DLQ as \
-             event_too_large. Raise max_payload (deploy/nats-server.conf) or lower \
-             assembler.max_argument_bytes"
+             of arguments needs (about twice that); such events are stored whole in the \
+             payload bucket and published with payload_ref (subscribers fetch the object). \
+             Raise max_payload (deploy/nats-server.conf) to publish them inline"
         );
     }
 }
@@ -218,12 +221,27 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
 
     warn_if_events_can_outgrow_max_payload(&client, &config);
 
+    // Events, dead-letter bodies and query replies larger than max_payload go to this bucket.
+    // Created here; if that fails now, the relay and the query service retry on first need.
+    let payloads =
+        sink::payloads::Payloads::new(js.clone(), sink::payloads::BUCKET, config.streams.replicas);
+    match payloads.bucket().await {
+        Ok(_) => tracing::info!(bucket = %payloads.bucket_name(), "payload bucket ready"),
+        Err(e) => {
+            tracing::warn!(error = %e, "payload bucket not available yet; retried when needed")
+        }
+    }
+
     // The relay stops on its own signal, given only after the last batch is durable.
     let (relay_stop, relay_stop_rx) = shutdown::channel();
     let relay_wake = Arc::new(Notify::new());
     let relay = RelayTask {
         relay: sink::jetstream::Relay::new(js.clone(), &config.subject_prefix, config.relay.batch)
-            .with_crash_after_confirmed(failpoint("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS")),
+            .with_crash_after_confirmed(failpoint("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS"))
+            .with_payloads(payloads.clone())
+            .with_hold_after_payload_puts(failpoint(
+                "TOOLSTREAM_FAILPOINT_HOLD_AFTER_PAYLOAD_PUTS",
+            )),
         store: Arc::clone(&store),
         wake: Arc::clone(&relay_wake),
         metrics: Arc::clone(&metrics),
@@ -249,6 +267,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         crate::query::serve(
             client.clone(),
             Arc::clone(&store),
+            payloads.clone(),
             // partitioned: queries for partition k are mapped to <prefix>.p.<k>.query.…
             crate::query::query_prefix(
                 &config.subject_prefix,

@@ -1,0 +1,334 @@
+//! Payloads too large for the server's `max_payload`, kept in a JetStream object store bucket
+//! (`TOOLSTREAM_PAYLOADS`, provisioned by the worker) so that nothing is dropped for its size.
+//!
+//! - An **event** too large to publish is stored whole, byte for byte, as the object named by
+//!   its `event_id`, and published in a small form carrying `payload_ref`
+//!   (`{bucket, object, size, sha256}`, see [`chunk_model::Event::offloaded`]). The object is
+//!   stored before the event is published and stored again only when missing or different, so
+//!   a crash in between re-publishes the same event (same `Nats-Msg-Id`) over the same object.
+//! - A **dead letter** too large to publish keeps its reason and headers; its body is cut to
+//!   what fits and headers say so ([`fit_dead_letter`]): `Toolstream-Body-Truncated: <original
+//!   size>`, `Toolstream-Body-Sha256: <hex>`, and `Toolstream-Body-Ref: <bucket>/<object>`
+//!   when the whole body was stored (object `dlq_<sha256>`). A dead letter always exists: if
+//!   the bucket cannot take the body, the cut dead letter is published without the reference.
+//! - A **query reply** too large to send is stored as `query_<sha256>` and the reply is
+//!   `{"payload_ref": {…}}` instead ([`fit_reply`]).
+//!
+//! Sizes are checked the way the server checks them: headers (NATS wire form) plus body
+//! against `max_payload`, with [`SLACK`] bytes to spare.
+
+use async_nats::jetstream::object_store::{self, ObjectStore};
+use async_nats::jetstream::stream::StorageType;
+use async_nats::jetstream::Context;
+use bytes::Bytes;
+use chunk_model::event::{hex, sha256};
+use chunk_model::PayloadRef;
+use std::sync::Arc;
+use tokio::sync::OnceCell;
+
+/// The bucket toolstream stores large payloads in.
+pub const BUCKET: &str = "TOOLSTREAM_PAYLOADS";
+/// Dead-letter header: the body was cut; the value is its original size in bytes.
+pub const HEADER_BODY_TRUNCATED: &str = "Toolstream-Body-Truncated";
+/// Dead-letter header: SHA-256 (lowercase hex) of the original, uncut body.
+pub const HEADER_BODY_SHA256: &str = "Toolstream-Body-Sha256";
+/// Dead-letter header: `<bucket>/<object>` holding the whole original body.
+pub const HEADER_BODY_REF: &str = "Toolstream-Body-Ref";
+/// Bytes kept free under `max_payload` for what is not counted exactly.
+pub const SLACK: usize = 512;
+/// Longest header value a cut dead letter keeps (a header can be as large as a body).
+const MAX_HEADER_VALUE: usize = 4096;
+
+/// Why a payload could not be stored.
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    /// The bucket could not be opened or created.
+    #[error("object store bucket {bucket}: {message}")]
+    Bucket {
+        /// Its name.
+        bucket: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Reading or writing the object failed.
+    #[error("object {object} in bucket {bucket}: {message}")]
+    Object {
+        /// The bucket.
+        bucket: String,
+        /// The object.
+        object: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// The payload bucket: opened (or created, when allowed) on first use, then cached.
+#[derive(Clone)]
+pub struct Payloads {
+    js: Context,
+    bucket: String,
+    /// `Some(replicas)`: create the bucket when missing; `None`: only open it.
+    create: Option<usize>,
+    store: Arc<OnceCell<ObjectStore>>,
+}
+
+impl std::fmt::Debug for Payloads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Payloads")
+            .field("bucket", &self.bucket)
+            .field("create", &self.create)
+            .field("open", &self.store.initialized())
+            .finish()
+    }
+}
+
+impl Payloads {
+    /// The bucket `bucket`, created with `replicas` replicas (file storage, no age limit)
+    /// when missing.
+    pub fn new(js: Context, bucket: &str, replicas: usize) -> Payloads {
+        Payloads {
+            js,
+            bucket: bucket.to_string(),
+            create: Some(replicas.max(1)),
+            store: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// The bucket `bucket`, which must exist already (never created from here).
+    pub fn open(js: Context, bucket: &str) -> Payloads {
+        Payloads {
+            js,
+            bucket: bucket.to_string(),
+            create: None,
+            store: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// The bucket's name.
+    pub fn bucket_name(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The connected server's `max_payload`.
+    pub fn max_payload(&self) -> usize {
+        self.js.client().max_payload()
+    }
+
+    /// Opens the bucket, creating it when missing (if allowed). Cached once open.
+    pub async fn bucket(&self) -> Result<ObjectStore, PayloadError> {
+        self.store
+            .get_or_try_init(|| async {
+                let err = |e: &dyn std::fmt::Display| PayloadError::Bucket {
+                    bucket: self.bucket.clone(),
+                    message: e.to_string(),
+                };
+                match self.js.get_object_store(&self.bucket).await {
+                    Ok(store) => Ok(store),
+                    Err(get) => {
+                        let Some(replicas) = self.create else {
+                            return Err(err(&get));
+                        };
+                        let created = self
+                            .js
+                            .create_object_store(object_store::Config {
+                                bucket: self.bucket.clone(),
+                                description: Some(
+                                    "toolstream: events, dead-letter bodies and query replies \
+                                     larger than max_payload"
+                                        .to_string(),
+                                ),
+                                storage: StorageType::File,
+                                num_replicas: replicas,
+                                ..Default::default()
+                            })
+                            .await;
+                        match created {
+                            Ok(store) => {
+                                tracing::info!(bucket = %self.bucket, replicas, "created the payload bucket");
+                                Ok(store)
+                            }
+                            // another worker may have created it meanwhile
+                            Err(create) => self
+                                .js
+                                .get_object_store(&self.bucket)
+                                .await
+                                .map_err(|_| err(&create)),
+                        }
+                    }
+                }
+            })
+            .await
+            .cloned()
+    }
+
+    /// Stores `bytes` as `object` unless the bucket already holds exactly these bytes under
+    /// that name (same size and SHA-256): idempotent, so a retry after a crash rewrites
+    /// nothing. Returns the reference and whether it was written now.
+    pub async fn put(
+        &self,
+        object: &str,
+        bytes: &[u8],
+    ) -> Result<(PayloadRef, bool), PayloadError> {
+        let store = self.bucket().await?;
+        let digest = sha256(bytes);
+        let reference = PayloadRef {
+            bucket: self.bucket.clone(),
+            object: object.to_string(),
+            size: bytes.len() as u64,
+            sha256: hex(&digest),
+        };
+        let nats_digest = format!("SHA-256={}", base64_url(&digest));
+        if let Ok(info) = store.info(object).await {
+            if !info.deleted
+                && info.size == bytes.len()
+                && info.digest.as_deref() == Some(nats_digest.as_str())
+            {
+                return Ok((reference, false));
+            }
+        }
+        let mut reader = bytes;
+        store
+            .put(object, &mut reader)
+            .await
+            .map_err(|e| PayloadError::Object {
+                bucket: self.bucket.clone(),
+                object: object.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok((reference, true))
+    }
+}
+
+/// Size of a message with these headers (plus `Nats-Msg-Id: msg_id` when given) and a body of
+/// `body_len` bytes, as the server counts it against `max_payload`.
+pub fn wire_size(headers: &[(String, String)], msg_id: Option<&str>, body_len: usize) -> usize {
+    let line = |k: &str, v: &str| k.len() + 2 + v.len() + 2;
+    let mut n = b"NATS/1.0\r\n".len() + 2;
+    for (k, v) in headers {
+        n += line(k, v);
+    }
+    if let Some(id) = msg_id {
+        n += line("Nats-Msg-Id", id);
+    }
+    n + body_len
+}
+
+/// Whether such a message fits under `max_payload` with [`SLACK`] to spare.
+pub fn fits(
+    headers: &[(String, String)],
+    msg_id: Option<&str>,
+    body_len: usize,
+    max_payload: usize,
+) -> bool {
+    wire_size(headers, msg_id, body_len) + SLACK <= max_payload
+}
+
+/// A dead letter that fits under `max_payload`: unchanged when it fits; otherwise its headers
+/// kept (values over 4 KiB cut), the `Toolstream-Body-*` headers added, the whole body stored
+/// in `payloads` when possible, and the body cut to what fits. Never fails: a dead letter that
+/// cannot keep its body still keeps its reason.
+pub async fn fit_dead_letter(
+    payloads: &Payloads,
+    mut headers: Vec<(String, String)>,
+    msg_id: &str,
+    body: Bytes,
+) -> (Vec<(String, String)>, Bytes) {
+    let max_payload = payloads.max_payload();
+    if fits(&headers, Some(msg_id), body.len(), max_payload) {
+        return (headers, body);
+    }
+    for (_, value) in headers.iter_mut() {
+        if value.len() > MAX_HEADER_VALUE {
+            let mut end = MAX_HEADER_VALUE;
+            while !value.is_char_boundary(end) {
+                end -= 1;
+            }
+            value.truncate(end);
+        }
+    }
+    let digest = hex(&sha256(&body));
+    headers.push((HEADER_BODY_TRUNCATED.to_string(), body.len().to_string()));
+    headers.push((HEADER_BODY_SHA256.to_string(), digest.clone()));
+    let object = format!("dlq_{digest}");
+    match payloads.put(&object, &body).await {
+        Ok((r, _)) => headers.push((
+            HEADER_BODY_REF.to_string(),
+            format!("{}/{}", r.bucket, r.object),
+        )),
+        Err(e) => tracing::error!(
+            error = %e,
+            size = body.len(),
+            "dead-letter body too large to publish and not stored; the dead letter carries it cut"
+        ),
+    }
+    let room = max_payload.saturating_sub(wire_size(&headers, Some(msg_id), 0) + SLACK);
+    let cut = body.slice(..room.min(body.len()));
+    (headers, cut)
+}
+
+/// A query reply that fits: unchanged when it does, else stored as `query_<sha256>` and
+/// replaced by `{"payload_ref":{…}}`.
+pub async fn fit_reply(payloads: &Payloads, body: Bytes) -> Result<Bytes, PayloadError> {
+    if fits(&[], None, body.len(), payloads.max_payload()) {
+        return Ok(body);
+    }
+    let object = format!("query_{}", hex(&sha256(&body)));
+    let (reference, _) = payloads.put(&object, &body).await?;
+    let reply = serde_json::json!({ "payload_ref": reference });
+    Ok(Bytes::from(reply.to_string()))
+}
+
+/// Base64, URL-safe alphabet with padding (the form of an object's `SHA-256=` digest).
+fn base64_url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for group in bytes.chunks(3) {
+        let b = [
+            group[0],
+            group.get(1).copied().unwrap_or(0),
+            group.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let sextets = [(n >> 18) & 63, (n >> 12) & 63, (n >> 6) & 63, n & 63];
+        for (i, s) in sextets.iter().enumerate() {
+            if i <= group.len() {
+                out.push(char::from(ALPHABET[*s as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_url_matches_the_object_store_digest_form() {
+        assert_eq!(base64_url(b""), "");
+        assert_eq!(base64_url(b"f"), "Zg==");
+        assert_eq!(base64_url(b"fo"), "Zm8=");
+        assert_eq!(base64_url(b"foo"), "Zm9v");
+        assert_eq!(base64_url(&[0xfb, 0xff]), "-_8=");
+        // SHA-256 of "" as nats.go / async-nats write it
+        assert_eq!(
+            base64_url(&sha256(b"")),
+            "47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU="
+        );
+    }
+
+    #[test]
+    fn wire_size_counts_headers_like_the_server() {
+        let h = vec![("A".to_string(), "b".to_string())];
+        // "NATS/1.0\r\n" + "A: b\r\n" + "\r\n" + body
+        assert_eq!(wire_size(&h, None, 5), 10 + 6 + 2 + 5);
+        assert_eq!(
+            wire_size(&h, Some("x"), 0),
+            10 + 6 + "Nats-Msg-Id: x\r\n".len() + 2
+        );
+        assert!(fits(&h, None, 100, 100 + 18 + SLACK));
+        assert!(!fits(&h, None, 101, 100 + 18 + SLACK));
+    }
+}
