@@ -178,11 +178,13 @@ async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
     }
 }
 
-/// An event the server cannot take (larger than `max_payload`: here a call with 1.2 MiB of
-/// arguments, which the event carries twice, raw and parsed) must not block the outbox: it is
-/// replaced by a dead letter saying so, and the streams behind it complete.
+/// An event the server cannot take inline (larger than `max_payload`: here a call with 1.2 MiB
+/// of arguments, which the event carries twice, raw and parsed) must not block the outbox: it
+/// is published in its small form with `payload_ref` (the whole event in the payload bucket,
+/// see e2e_oversize.rs), nothing goes to the DLQ, and the streams behind it complete. It used to
+/// be replaced by an `event_too_large` dead letter, and subscribers never saw the call complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_larger_than_max_payload_is_dead_lettered_and_blocks_nothing() {
+async fn an_event_larger_than_max_payload_is_published_by_reference_and_blocks_nothing() {
     let server = NatsServer::start().expect("nats-server"); // max_payload 1 MiB
     let dir = tempfile::tempdir().unwrap();
     let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
@@ -196,21 +198,7 @@ async fn an_event_larger_than_max_payload_is_dead_lettered_and_blocks_nothing() 
         name: "upload".to_string(),
         args: json!({"data": "z".repeat(1_200_000)}),
     };
-    let text = big.args.to_string();
-    let mut chunks = openai_chat_stream(&[Call {
-        args: json!({}),
-        ..big.clone()
-    }]);
-    // replace the tiny fragments of `{}` with big ones
-    let fin = chunks.split_off(chunks.len() - 2);
-    chunks.truncate(2);
-    for piece in text.as_bytes().chunks(100 * 1024) {
-        let frag = json!({"id":"chatcmpl-t","object":"chat.completion.chunk","model":"gpt-4o",
-            "choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{
-                "arguments": std::str::from_utf8(piece).unwrap()}}]},"finish_reason":null}]});
-        chunks.push(frag.to_string().into_bytes());
-    }
-    chunks.extend(fin);
+    let chunks = openai_chat_stream_cut(std::slice::from_ref(&big), |_| 100 * 1024);
     for (seq, body) in chunks.iter().enumerate() {
         producer
             .chunk("cbig", "mbig", "openai-chat", seq as u64, body)
@@ -223,40 +211,35 @@ async fn an_event_larger_than_max_payload_is_dead_lettered_and_blocks_nothing() 
     events
         .until(
             WAIT,
-            "the stream behind the oversized event completes",
+            "both streams complete",
             |all| {
-                by_message(all)
-                    .get(&("g0".to_string(), "gm0".to_string()))
-                    .is_some_and(|evs| evs.iter().any(|e| e["type"] == "message.completed"))
+                let by = by_message(all);
+                ["g0/gm0", "cbig/mbig"].iter().all(|k| {
+                    let (c, m) = k.split_once('/').unwrap();
+                    by.get(&(c.to_string(), m.to_string()))
+                        .is_some_and(|evs| evs.iter().any(|e| e["type"] == "message.completed"))
+                })
             },
             || worker.log(),
         )
         .await;
-    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
-    dlq.until(
-        WAIT,
-        "a dead letter for the oversized event",
-        |all| all.iter().any(|r| r.subject == "toolstream.dlq.cbig.mbig"),
-        || worker.log(),
-    )
-    .await;
     assert!(worker.terminate());
-    let dead = dlq
-        .all
+    let big_events = &by_message(&events.all)[&("cbig".to_string(), "mbig".to_string())];
+    let completed = big_events
         .iter()
-        .find(|r| r.subject == "toolstream.dlq.cbig.mbig")
-        .unwrap();
-    let reason = dead.header("Toolstream-Reason").unwrap_or_default();
-    assert!(reason.starts_with("event_too_large"), "reason: {reason}");
-    let v = dead.json();
-    assert_eq!(v["conversation_id"], "cbig");
+        .find(|e| e["type"] == "tool_call.completed")
+        .expect("the big call completed");
+    assert_eq!(completed["tool_call"]["name"], "upload");
+    let reference = &completed["payload_ref"];
+    assert_eq!(reference["bucket"], "TOOLSTREAM_PAYLOADS");
+    assert_eq!(reference["object"], completed["event_id"]);
     assert!(
-        v["event_id"]
-            .as_str()
-            .is_some_and(|id| id.starts_with("ev_")),
-        "{v}"
+        reference["size"].as_u64().is_some_and(|n| n > 2_400_000),
+        "{reference}"
     );
-    assert!(v["size"].as_u64().is_some_and(|n| n > 1_048_576), "{v}");
+    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
+    dlq.poll().await;
+    assert!(dlq.all.is_empty(), "nothing dead-lettered");
     assert!(
         worker.log().contains("max_payload is below"),
         "the mismatch of max_payload and max_argument_bytes was announced at start"
