@@ -267,6 +267,12 @@ impl Model {
         match kind {
             InputKind::Chunk => {
                 let Ok(evs) = chunk_model::decode(Provider::OpenaiChat, body) else {
+                    // a lost chunk closes its stream like a gap (`lost_chunk`)
+                    let st = self.streams.get_mut(&(kind, msg.to_string())).unwrap();
+                    st.pending.clear();
+                    st.gap_since = None;
+                    st.closed = true;
+                    self.end(msg, "lost_chunk", now);
                     return;
                 };
                 let mut out = StepOutput::default();

@@ -268,15 +268,19 @@ fn a_redelivered_chunk_of_an_expired_message_is_a_duplicate_not_a_new_stream() {
             .unwrap();
         assert_eq!(applied, Applied::Duplicate, "seq {seq}");
     }
-    // Past the watermark: consumed without effect (the tombstone is closed).
+    // Past the watermark: the tombstone is closed; the chunk is a dead letter, not an event
+    // and not silently dropped.
     let late = oa_delta(1, Some("call_late"), Some("lookup"), "{}");
     let applied = store
         .apply(&chunk("c1", "m1", 4, &late), 1_000 + R + 2)
         .unwrap();
-    assert_eq!(applied, Applied::Accepted { events: 0 });
+    assert!(
+        matches!(&applied, Applied::DeadLettered { reason } if reason.starts_with("stream_closed")),
+        "{applied:?}"
+    );
     assert_eq!(store.open_streams(), 0);
     assert!(store.message_snapshot("c1", "m1").unwrap().is_none());
-    assert_eq!(store.outbox_len(), rows, "no new events");
+    assert_eq!(store.outbox_len(), rows + 1, "one dead letter, no event");
 }
 
 #[test]

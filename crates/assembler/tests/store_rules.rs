@@ -87,17 +87,39 @@ fn an_unfilled_gap_abandons_open_calls_with_reason_gap_and_discards_parked_chunk
     assert_eq!(snap.calls[0].status, CallStatus::Abandoned);
     assert_eq!(snap.calls[0].reason.as_deref(), Some("gap"));
     assert_eq!(snap.calls[0].tool_call.raw_arguments, "{\"city\":");
-    // The late chunk is consumed without effect; nothing completes twice.
+    // The parked chunk was not dropped without a trace: it is a dead letter.
+    let dead = dead_letters(&s);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].0, "stream_closed: gap");
+    // The late chunk is a dead letter too; nothing completes twice.
     let before = events(&s).len();
-    assert!(matches!(
-        s.apply(&chunk("c", "m", 2, &b[2]), 2_000).unwrap(),
-        Applied::Accepted { events: 0 }
-    ));
+    let late = s.apply(&chunk("c", "m", 2, &b[2]), 2_000).unwrap();
+    assert!(
+        matches!(&late, Applied::DeadLettered { reason } if reason.starts_with("stream_closed")),
+        "{late:?}"
+    );
     assert_eq!(events(&s).len(), before);
 }
 
+/// (reason, payload) of every dead-letter row in the outbox.
+fn dead_letters(s: &Store) -> Vec<(String, Vec<u8>)> {
+    common::durable_rows(s, 1_000)
+        .into_iter()
+        .filter(|r| r.kind == OutboxKind::DeadLetter)
+        .map(|r| {
+            let reason = r
+                .headers
+                .iter()
+                .find(|(h, _)| h == "Toolstream-Reason")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            (reason, r.payload)
+        })
+        .collect()
+}
+
 #[test]
-fn an_undecodable_chunk_is_dead_lettered_and_the_stream_goes_on() {
+fn an_undecodable_chunk_in_the_middle_of_a_call_ends_it_lost_chunk_never_completed() {
     let s = store();
     let b = two_call_stream();
     let _ = s.apply(&chunk("c", "m", 0, &b[0]), 0).unwrap();
@@ -110,17 +132,26 @@ fn an_undecodable_chunk_is_dead_lettered_and_the_stream_goes_on() {
     assert!(
         matches!(&verdict, Applied::DeadLettered { reason } if reason.starts_with("decode_error"))
     );
+    // Everything after the hole is a dead letter as well: assembling across it would
+    // complete the call without the lost text.
     for (i, body) in b.iter().enumerate().skip(2) {
         let v = s.apply(&chunk("c", "m", i as u64, body), 0).unwrap();
-        assert!(matches!(v, Applied::Accepted { .. }), "seq {i}: {v:?}");
+        assert!(
+            matches!(&v, Applied::DeadLettered { reason } if reason.starts_with("stream_closed")),
+            "seq {i}: {v:?}"
+        );
     }
     let rows = common::durable_rows(&s, 100);
     let dlq: Vec<_> = rows
         .iter()
         .filter(|r| r.kind == OutboxKind::DeadLetter)
         .collect();
-    assert_eq!(dlq.len(), 1);
-    assert_eq!(dlq[0].msg_id, "dlq:c:m:1");
+    assert_eq!(dlq.len(), b.len() - 1);
+    assert!(
+        dlq[0].msg_id.starts_with("dlq:c:1:c:1:m:p1:"),
+        "{}",
+        dlq[0].msg_id
+    );
     assert_eq!(dlq[0].payload, b"{not json");
     let header = |k: &str| {
         dlq[0]
@@ -137,9 +168,16 @@ fn an_undecodable_chunk_is_dead_lettered_and_the_stream_goes_on() {
         Some("toolstream.chunks.c.m")
     );
     assert_eq!(header("Toolstream-Stream-Seq").as_deref(), Some("42"));
-    assert_eq!(
-        s.message_snapshot("c", "m").unwrap().unwrap().status,
-        MessageStatus::Completed
+    let snap = s.message_snapshot("c", "m").unwrap().unwrap();
+    assert_eq!(snap.status, MessageStatus::Completed);
+    assert_eq!(snap.finish_reason.as_deref(), Some("lost_chunk"));
+    assert_eq!(snap.calls[0].status, CallStatus::Abandoned);
+    assert_eq!(snap.calls[0].reason.as_deref(), Some("lost_chunk"));
+    assert!(
+        !events(&s)
+            .iter()
+            .any(|e| e.event_type == EventType::ToolCallCompleted),
+        "a call with a lost chunk never completes"
     );
 }
 
@@ -312,10 +350,19 @@ fn a_new_stream_past_the_open_stream_limit_is_dead_lettered_and_others_go_on() {
             Applied::Accepted { .. }
         ));
     }
-    assert!(matches!(
+    // m2 lost its first chunk: a redelivery is a duplicate, and its later chunks are dead
+    // letters instead of a stream assembled from the middle.
+    assert_eq!(
         s.apply(&chunk("c", "m2", 0, &b[0]), 0).unwrap(),
-        Applied::Accepted { .. }
+        Applied::Duplicate
+    );
+    assert!(matches!(
+        s.apply(&chunk("c", "m2", 1, &b[1]), 0).unwrap(),
+        Applied::DeadLettered { reason } if reason.starts_with("stream_closed")
     ));
+    let snap = s.message_snapshot("c", "m2").unwrap().unwrap();
+    assert_eq!(snap.finish_reason.as_deref(), Some("lost_chunk"));
+    assert!(snap.calls.is_empty());
 }
 
 #[test]

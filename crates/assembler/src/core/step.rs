@@ -8,7 +8,10 @@
 //! (one that names the function) matched to an already ended call only by index or item id
 //! is a new call; any other end of an ended call is a second end and changes nothing. An end
 //! with no name and no arguments that matches no call (the stop of a text block) changes
-//! nothing. Once the message has ended, call statements change nothing.
+//! nothing. Once the message has ended, call statements change nothing; one that carries
+//! something the ended message cannot take (argument text, or a call it does not know) is
+//! reported in [`StepOutput::after_end`] so the store can dead-letter its input instead of
+//! dropping it without a trace.
 
 use super::end::{emit_started, end_call, end_message, EndHow};
 use super::state::{CallState, Limits, MessageState};
@@ -60,6 +63,9 @@ pub struct StepOutput {
     pub registered: Vec<u32>,
     /// Tool results carried inside the call stream (AI SDK `tool-result`).
     pub results: Vec<ResultInput>,
+    /// A call statement arrived after the message ended and carried something it cannot
+    /// take (argument text or structured pieces, or a call the message does not know).
+    pub after_end: bool,
 }
 
 impl StepOutput {
@@ -76,6 +82,7 @@ impl StepOutput {
         self.arg_ops.clear();
         self.registered.clear();
         self.results.clear();
+        self.after_end = false;
     }
 }
 
@@ -228,8 +235,17 @@ pub fn control(msg: &mut MessageState, control: &Control, out: &mut StepOutput) 
     }
 }
 
+/// Whether a call statement about `at` (naming `name`) that arrives after the message ended
+/// names a call the message does not know.
+fn unknown_after_end(msg: &MessageState, at: &CallRef, name: Option<&str>) -> bool {
+    find(msg, at).is_none() && (has_refs(at) || name.is_some_and(|n| !n.trim().is_empty()))
+}
+
 fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut StepOutput) {
     if !msg.is_open() {
+        let payload =
+            f.arguments.as_deref().is_some_and(|t| !t.is_empty()) || !f.path_values.is_empty();
+        out.after_end |= payload || unknown_after_end(msg, &f.at, f.name.as_deref());
         return;
     }
     let pos = match find(msg, &f.at) {
@@ -288,6 +304,8 @@ fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut 
 
 fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepOutput) {
     if !msg.is_open() {
+        // a restatement of a known call (Responses' `response.completed`) is no news
+        out.after_end |= unknown_after_end(msg, &e.at, e.name.as_deref());
         return;
     }
     let found = find(msg, &e.at);

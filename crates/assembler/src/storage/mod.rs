@@ -51,11 +51,15 @@ pub enum Space {
     /// Retention index: (time, tag, message key) of completed messages and of the stream
     /// tombstones they leave, oldest first, so expiry is a scan from the start.
     Done,
+    /// Fingerprints of the inputs applied at each producer sequence number, keyed by
+    /// (stream, seq): a later input with the same number and other bytes is a conflicting
+    /// duplicate, not a redelivery. (Last, so the other spaces keep their prefixes.)
+    Seen,
 }
 
 impl Space {
     /// Every keyspace, in a fixed order.
-    pub const ALL: [Space; 9] = [
+    pub const ALL: [Space; 10] = [
         Space::Streams,
         Space::Messages,
         Space::Args,
@@ -65,6 +69,7 @@ impl Space {
         Space::Meta,
         Space::Live,
         Space::Done,
+        Space::Seen,
     ];
 
     /// Position in [`Space::ALL`].

@@ -1,5 +1,15 @@
 //! Applying one input: ordering (duplicate / park / apply / release parked), decoding,
 //! stepping the core, matching results, dead letters. Everything lands in one [`Txn`].
+//!
+//! Every input gets exactly one visible outcome: applied, a duplicate of the same bytes, or a
+//! dead letter with a reason. A chunk that will not be assembled (undecodable, rejected by the
+//! caller, no provider, over the open-stream limit, numbered unlike its stream) is a hole in
+//! its stream: the stream is closed like a sequence gap ([`close_stream`]): open calls end
+//! `abandoned` (`lost_chunk`), parked chunks and later chunks are dead-lettered
+//! (`stream_closed`), so a `completed` call is always the whole call. Other outcomes that
+//! used to leave no trace are dead letters too: a duplicate number with other bytes
+//! (`conflicting_duplicate`; the first one stays applied) and a call statement after the
+//! message ended (`after_message_end`).
 
 use super::inner::Inner;
 use super::records::{from_bytes, to_bytes, CallIndex, ParkedHeader, ParkedInput};
@@ -31,15 +41,21 @@ struct Item<'a> {
     origin: Option<&'a Origin>,
 }
 
+/// Reason of calls (and finish reason of a message) whose stream lost a chunk to the DLQ.
+pub const LOST_CHUNK: &str = "lost_chunk";
+
 /// Applies `input` in one commit. Returns the verdict and the number of outbox rows written.
+/// With `rejected`, the caller could not read the input (bad headers): it is dead-lettered
+/// with that reason and, for a chunk, ends its stream like any lost chunk.
 pub(crate) fn apply(
     inner: &mut Inner,
     storage: &dyn Storage,
     input: &Input<'_>,
+    rejected: Option<&str>,
     now: u64,
 ) -> Result<(Applied, usize), StoreError> {
     let mut txn = Txn::new(inner, storage);
-    let verdict = admit(&mut txn, input, now)?;
+    let verdict = admit(&mut txn, input, rejected, now)?;
     let (events, rows) = txn.commit()?;
     let verdict = match verdict {
         Applied::Accepted { .. } => Applied::Accepted { events },
@@ -48,7 +64,12 @@ pub(crate) fn apply(
     Ok((verdict, rows))
 }
 
-fn admit(txn: &mut Txn<'_>, input: &Input<'_>, now: u64) -> Result<Applied, StoreError> {
+fn admit(
+    txn: &mut Txn<'_>,
+    input: &Input<'_>,
+    rejected: Option<&str>,
+    now: u64,
+) -> Result<Applied, StoreError> {
     let skey = keys::stream(input.kind, input.conversation_id, input.message_id);
     let item = Item {
         kind: input.kind,
@@ -60,25 +81,51 @@ fn admit(txn: &mut Txn<'_>, input: &Input<'_>, now: u64) -> Result<Applied, Stor
         body: input.body,
         origin: input.origin.as_ref(),
     };
-    if input.kind == InputKind::Chunk
+    // (before the stream is looked at: that creates it)
+    let over_limit = input.kind == InputKind::Chunk
         && txn.inner.open.len() >= txn.inner.config.max_open_streams
-        && !txn.stream_exists(&skey)?
-    {
-        return Ok(dead_letter(txn, &item, "open_stream_limit"));
+        && !txn.stream_exists(&skey)?;
+    let admission = txn.stream(&skey)?.admit(input.seq);
+    if admission == Admission::Duplicate {
+        return duplicate(txn, &skey, &item);
     }
-    match txn.stream(&skey)?.admit(input.seq) {
-        Admission::Duplicate => Ok(Applied::Duplicate),
+    if let Some(reason) = rejected {
+        return lose(txn, &skey, &item, reason, now);
+    }
+    if over_limit {
+        return lose(txn, &skey, &item, "open_stream_limit", now);
+    }
+    if admission != Admission::Closed {
+        if let Some(reason) = numbered_unlike_its_stream(txn.stream(&skey)?, &item) {
+            return lose(txn, &skey, &item, reason, now);
+        }
+    }
+    match admission {
+        Admission::Duplicate => duplicate(txn, &skey, &item),
         Admission::Closed => {
             txn.stream_mut(&skey)?.consumed(input.seq, now);
-            Ok(Applied::Accepted { events: 0 })
+            Ok(dead_letter(
+                txn,
+                &item,
+                "stream_closed: its message already ended (a lost chunk, a gap, or retention)",
+            ))
         }
         Admission::Park => {
             let Seq::Producer(s) = input.seq else {
                 return Ok(Applied::Duplicate);
             };
             let pkey = keys::parked(&skey, s);
-            if txn.storage.get(Space::Parked, &pkey)?.is_some() {
-                return Ok(Applied::Duplicate);
+            if let Some(bytes) = txn.storage.get(Space::Parked, &pkey)? {
+                let parked = ParkedInput::decode(&bytes)?;
+                return Ok(
+                    if fingerprint(parked.header.control.as_ref(), &parked.body)
+                        == fingerprint(item.control, item.body)
+                    {
+                        Applied::Duplicate
+                    } else {
+                        dead_letter(txn, &item, CONFLICTING_DUPLICATE)
+                    },
+                );
             }
             let parked = ParkedInput {
                 header: ParkedHeader {
@@ -109,6 +156,155 @@ fn admit(txn: &mut Txn<'_>, input: &Input<'_>, now: u64) -> Result<Applied, Stor
             Ok(verdict)
         }
     }
+}
+
+/// Dead-letter reason of an input numbered like one already applied or parked, with other
+/// bytes (the first one stays).
+pub const CONFLICTING_DUPLICATE: &str =
+    "conflicting_duplicate: this Toolstream-Seq was already taken by an input with other bytes";
+
+/// A redelivery (same bytes) changes nothing; another input with the same number is a
+/// conflicting duplicate and goes to the DLQ.
+fn duplicate(txn: &mut Txn<'_>, skey: &[u8], item: &Item<'_>) -> Result<Applied, StoreError> {
+    let Seq::Producer(s) = item.seq else {
+        return Ok(Applied::Duplicate);
+    };
+    let first = match txn.storage.get(Space::Seen, &keys::parked(skey, s))? {
+        Some(v) => v
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes),
+        None => None,
+    };
+    match first {
+        Some(fp) if fp != fingerprint(item.control, item.body) => {
+            Ok(dead_letter(txn, item, CONFLICTING_DUPLICATE))
+        }
+        _ => Ok(Applied::Duplicate),
+    }
+}
+
+/// An input that will not be assembled: its dead letter, its number consumed, and for a
+/// chunk the end of its stream (a hole: nothing after it can be trusted).
+fn lose(
+    txn: &mut Txn<'_>,
+    skey: &[u8],
+    item: &Item<'_>,
+    reason: &str,
+    now: u64,
+) -> Result<Applied, StoreError> {
+    let verdict = dead_letter(txn, item, reason);
+    {
+        let st = txn.stream_mut(skey)?;
+        if st.provider.is_none() {
+            st.provider = item.provider;
+        }
+        st.consumed(item.seq, now);
+    }
+    if item.kind == InputKind::Chunk {
+        close_stream(txn, skey, item.conv, item.msg, LOST_CHUNK, now)?;
+    }
+    Ok(verdict)
+}
+
+/// A chunk numbered unlike the chunks its stream already has (a chunk without
+/// `Toolstream-Seq` in a numbered stream, or the reverse) cannot be placed: why, if so.
+/// Explicit ends (`Toolstream-Control`) may come unnumbered.
+fn numbered_unlike_its_stream(st: &core::StreamState, item: &Item<'_>) -> Option<&'static str> {
+    if item.kind != InputKind::Chunk || item.control.is_some() {
+        return None;
+    }
+    let numbered = st.next > 0 || st.parked > 0;
+    let unnumbered = st.last_transport.is_some();
+    match item.seq {
+        Seq::Transport(_) if numbered && !unnumbered => {
+            Some("missing_seq: no Toolstream-Seq on a chunk of a stream whose chunks are numbered")
+        }
+        Seq::Producer(_) if unnumbered && !numbered => Some(
+            "unexpected_seq: a Toolstream-Seq on a chunk of a stream whose chunks are not numbered",
+        ),
+        _ => None,
+    }
+}
+
+/// A stable fingerprint (FNV-1a, 64 bit) of an input's bytes and control header, stored per
+/// producer sequence number ([`Space::Seen`]).
+pub(crate) fn fingerprint(control: Option<&Control>, body: &[u8]) -> u64 {
+    let tag: &[u8] = match control {
+        None => b"c",
+        Some(Control::End) => b"e",
+        Some(Control::Error(_)) => b"x",
+    };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in tag.iter().chain(body) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Closes a chunk stream with a hole (`gap`, `lost_chunk`): every parked chunk behind it is
+/// dead-lettered (`stream_closed: <reason>`), later chunks will be too, and the message ends
+/// with its open calls `abandoned` (`reason`).
+pub(crate) fn close_stream(
+    txn: &mut Txn<'_>,
+    skey: &[u8],
+    conv: &str,
+    msg: &str,
+    reason: &str,
+    now: u64,
+) -> Result<(), StoreError> {
+    let next = txn.stream(skey)?.next;
+    let why = format!("stream_closed: {reason}");
+    for (k, v) in txn.storage.scan_prefix(Space::Parked, skey)? {
+        let seq = k
+            .get(skey.len()..)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes);
+        // released earlier in this same commit (their deletes are staged, not yet visible)
+        if seq.is_some_and(|s| s < next) {
+            continue;
+        }
+        let parked = ParkedInput::decode(&v)?;
+        let item = Item {
+            kind: InputKind::Chunk,
+            conv,
+            msg,
+            provider: parked.header.provider,
+            seq: Seq::Producer(seq.unwrap_or(0)),
+            control: parked.header.control.as_ref(),
+            body: &parked.body,
+            origin: parked.header.origin.as_ref(),
+        };
+        let _dead = dead_letter(txn, &item, &why);
+        txn.writes.delete(Space::Parked, k);
+    }
+    let st = txn.stream_mut(skey)?;
+    st.discard_parked();
+    st.closed = true;
+    end_stream(txn, skey, conv, msg, reason, now)
+}
+
+/// Ends a chunk stream's message for a toolstream reason (`gap`, `timeout`, `lost_chunk`):
+/// open calls `abandoned`. A stream that never named a provider has nothing assembled (every
+/// chunk of it was dead-lettered) and gets no message of its own.
+pub(crate) fn end_stream(
+    txn: &mut Txn<'_>,
+    skey: &[u8],
+    conv: &str,
+    msg: &str,
+    reason: &str,
+    now: u64,
+) -> Result<(), StoreError> {
+    let provider = txn.stream(skey)?.provider;
+    if provider.is_none() && txn.message_mut(conv, msg)?.is_none() {
+        txn.stream_mut(skey)?.open = false;
+        return Ok(());
+    }
+    let mut out = StepOutput::default();
+    let m = txn.message_or_new(conv, msg, provider)?;
+    core::step::abandon(m, reason, &mut out);
+    after_step(txn, conv, msg, out, now)
 }
 
 /// Applies parked inputs that are next in line, in order.
@@ -163,13 +359,26 @@ fn apply_item(
         item.provider = item.provider.or(st.provider);
         st.consumed(item.seq, now);
     }
+    if let Seq::Producer(s) = item.seq {
+        let fp = fingerprint(item.control, item.body);
+        txn.writes.put(
+            Space::Seen,
+            keys::parked(skey, s),
+            fp.to_be_bytes().to_vec(),
+        );
+    }
     match item.kind {
-        InputKind::Chunk => apply_chunk(txn, &item, now),
+        InputKind::Chunk => apply_chunk(txn, skey, &item, now),
         InputKind::Result => apply_result(txn, &item, now),
     }
 }
 
-fn apply_chunk(txn: &mut Txn<'_>, item: &Item<'_>, now: u64) -> Result<Applied, StoreError> {
+fn apply_chunk(
+    txn: &mut Txn<'_>,
+    skey: &[u8],
+    item: &Item<'_>,
+    now: u64,
+) -> Result<Applied, StoreError> {
     let limits = txn.inner.limits;
     let mut out = StepOutput::default();
     if let Some(control) = item.control {
@@ -177,18 +386,26 @@ fn apply_chunk(txn: &mut Txn<'_>, item: &Item<'_>, now: u64) -> Result<Applied, 
         core::step::control(m, control, &mut out);
     } else {
         let Some(provider) = item.provider else {
-            return Ok(dead_letter(txn, item, "no_provider"));
+            return lose(txn, skey, item, "no_provider", now);
         };
         let events = match chunk_model::decode(provider, item.body) {
             Ok(evs) => evs,
-            Err(e) => return Ok(dead_letter(txn, item, &format!("decode_error: {e}"))),
+            Err(e) => return lose(txn, skey, item, &format!("decode_error: {e}"), now),
         };
         let m = txn.message_or_new(item.conv, item.msg, Some(provider))?;
         for ev in events {
             core::step(m, ev, &limits, &mut out);
         }
     }
+    let after_end = out.after_end;
     after_step(txn, item.conv, item.msg, out, now)?;
+    if after_end {
+        return Ok(dead_letter(
+            txn,
+            item,
+            "after_message_end: a call statement arrived after its message had ended",
+        ));
+    }
     Ok(Applied::Accepted { events: 0 })
 }
 
@@ -234,8 +451,14 @@ pub(crate) fn after_step(
         ),
         None => (None, false),
     };
-    if let Some(ev) = done {
-        txn.emit(&ev)?;
+    if let Some(mut ev) = done {
+        if ev.provider.is_none() {
+            ev.provider = txn.conversation_provider(conv)?;
+        }
+        // a message that never had a provider assembled nothing: no event to speak of
+        if ev.provider.is_some() {
+            txn.emit(&ev)?;
+        }
         // The retention clock starts in the same commit that completes the message.
         txn.writes.put(
             Space::Done,
@@ -417,13 +640,21 @@ fn take_result(
 
 /// Writes a dead letter for `item` (its sequence number is consumed by the caller).
 fn dead_letter(txn: &mut Txn<'_>, item: &Item<'_>, reason: &str) -> Applied {
-    let n = match item.seq {
-        Seq::Producer(s) | Seq::Transport(s) => s,
+    let (numbering, n) = match item.seq {
+        Seq::Producer(s) => ("p", s),
+        Seq::Transport(s) => ("t", s),
     };
-    let msg_id = match item.kind {
-        InputKind::Chunk => format!("dlq:{}:{}:{n}", item.conv, item.msg),
-        InputKind::Result => format!("dlq:{}:{}:result:{n}", item.conv, item.msg),
-    };
+    // Deterministic (a redelivery maps to the same id, which the DLQ stream drops) and
+    // unambiguous: tokens are length-prefixed, and different bytes at one number differ.
+    let msg_id = format!(
+        "dlq:{}:{}:{}:{}:{}:{numbering}{n}:{:016x}",
+        keys::kind_byte(item.kind) as char,
+        item.conv.len(),
+        item.conv,
+        item.msg.len(),
+        item.msg,
+        fingerprint(item.control, item.body)
+    );
     let mut headers = vec![(HEADER_REASON.to_string(), reason.to_string())];
     if let Some(o) = item.origin {
         headers.push((HEADER_SUBJECT.to_string(), o.subject.clone()));

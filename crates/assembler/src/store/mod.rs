@@ -115,7 +115,23 @@ impl Store {
     pub fn apply(&self, input: &Input<'_>, now_ms: u64) -> Result<Applied, StoreError> {
         let mut inner = self.locked()?;
         let storage = self.storage.as_ref();
-        let result = apply::apply(&mut inner, storage, input, now_ms);
+        let result = apply::apply(&mut inner, storage, input, None, now_ms);
+        self.settle(&mut inner, result)
+    }
+
+    /// Dead-letters an input the caller could not read (bad headers, say why in `reason`) in
+    /// ONE atomic commit, like [`Store::apply`] does with an undecodable one: a redelivery is
+    /// a duplicate, and a chunk ends its stream (`lost_chunk`), so the call it belonged to can
+    /// never end `completed`.
+    pub fn reject(
+        &self,
+        input: &Input<'_>,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<Applied, StoreError> {
+        let mut inner = self.locked()?;
+        let storage = self.storage.as_ref();
+        let result = apply::apply(&mut inner, storage, input, Some(reason), now_ms);
         self.settle(&mut inner, result)
     }
 

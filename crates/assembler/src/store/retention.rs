@@ -129,8 +129,10 @@ fn delete_message(
     let mut tombstoned = Vec::new();
     for kind in [InputKind::Chunk, InputKind::Result] {
         let skey = keys::stream(kind, conv, msg);
-        for (k, _) in storage.scan_prefix(Space::Parked, &skey)? {
-            w.delete(Space::Parked, k);
+        for space in [Space::Parked, Space::Seen] {
+            for (k, _) in storage.scan_prefix(space, &skey)? {
+                w.delete(space, k);
+            }
         }
         let Some(mut st) = stream_state(inner, storage, &skey)? else {
             continue;

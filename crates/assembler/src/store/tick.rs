@@ -2,10 +2,9 @@
 //! call never appeared, then retention (see `store::retention`). See [`crate::core::order`]
 //! for the gap decision.
 
-use super::apply::{after_step, drain, orphan};
+use super::apply::{close_stream, drain, end_stream, orphan};
 use super::inner::Inner;
 use super::txn::Txn;
-use crate::core::{self, StepOutput};
 use crate::error::StoreError;
 use crate::input::InputKind;
 use crate::keys;
@@ -42,7 +41,7 @@ pub(crate) fn tick(
         };
         let mut txn = Txn::new(inner, storage);
         match kind {
-            InputKind::Chunk => close_gap(&mut txn, &key, &conv, &msg, now)?,
+            InputKind::Chunk => close_stream(&mut txn, &key, &conv, &msg, "gap", now)?,
             InputKind::Result => {
                 let first = txn
                     .storage
@@ -95,38 +94,4 @@ pub(crate) fn tick(
     }
     super::retention::expire(inner, storage, now)?;
     Ok(total)
-}
-
-/// A chunk stream's gap timed out: discard parked chunks, close the stream, abandon the
-/// message's open calls (`gap`).
-fn close_gap(
-    txn: &mut Txn<'_>,
-    key: &[u8],
-    conv: &str,
-    msg: &str,
-    now: u64,
-) -> Result<(), StoreError> {
-    for (k, _) in txn.storage.scan_prefix(Space::Parked, key)? {
-        txn.writes.delete(Space::Parked, k);
-    }
-    let st = txn.stream_mut(key)?;
-    st.discard_parked();
-    st.closed = true;
-    end_stream(txn, key, conv, msg, "gap", now)
-}
-
-/// Ends a chunk stream's message for a toolstream reason (`gap`, `timeout`).
-fn end_stream(
-    txn: &mut Txn<'_>,
-    key: &[u8],
-    conv: &str,
-    msg: &str,
-    reason: &str,
-    now: u64,
-) -> Result<(), StoreError> {
-    let provider = txn.stream(key)?.provider;
-    let mut out = StepOutput::default();
-    let m = txn.message_or_new(conv, msg, provider)?;
-    core::step::abandon(m, reason, &mut out);
-    after_step(txn, conv, msg, out, now)
 }
