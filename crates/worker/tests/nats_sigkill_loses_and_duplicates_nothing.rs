@@ -1,17 +1,29 @@
 //! nats-server SIGKILLed in the middle of a run, on both releases the fault suite covers
-//! (Debian's 2.9.10 and the current one): a single file-store server killed and restarted on
-//! the same port and store, and one node of a three-node cluster with R3 streams killed and
-//! brought back, among them the leader of the input stream. The worker process stays up and
-//! connected throughout, and afterwards every expected event is in the events stream exactly
-//! once (by `event_id`), none is missing, there is no event nobody expects, and every call
-//! completed with byte-exact arguments.
+//! (Debian's 2.9.10 and the current one, `toolstream_testkit::fault_servers`), while the fault
+//! workload flows (`toolstream_testkit::fault`: every provider's recordings, generated streams
+//! with parallel calls, long streams, a large argument in small fragments, tool results some of
+//! them before their call):
+//!
+//! - a single file-store server, killed twice and restarted on the same port and store;
+//! - a three-node cluster with R3 streams (`--replicas 3`, the worker given all three URLs):
+//!   the node the worker is connected to is killed and brought back, then the node that leads
+//!   the input stream (stream info `cluster.leader`).
+//!
+//! The worker process stays up throughout. The checker then compares everything it published
+//! and answers with a crash-free run of the same inputs through the assembler: every event
+//! exactly once by `event_id`, none missing, no ghost, same content (arguments byte-exact), same
+//! order per message, same query snapshot.
+//!
+//! The seed is printed; `TOOLSTREAM_FAULT_SEED=<seed>` repeats a run.
 
 mod common;
 
 use async_nats::jetstream;
-use common::*;
-use serde_json::json;
+use common::{client, tail, wait_provisioned, Producer, Worker};
 use std::time::{Duration, Instant};
+use toolstream_testkit::fault::{
+    self, workload::Published, Checker, Misbehaviour, Reference, WaitPlan, Workload, WorkloadSpec,
+};
 use toolstream_testkit::{
     current_server, debian_server, HarnessError, NatsCluster, NatsServer, ServerBin,
 };
@@ -20,143 +32,157 @@ fn require(bin: Result<ServerBin, HarnessError>) -> ServerBin {
     bin.unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Calls of message `i`: one to three, arguments long enough that each stream takes a while.
-fn calls_of(i: usize) -> Vec<Call> {
-    (0..1 + i % 3)
-        .map(|k| Call {
-            id: format!("call_{i}_{k}"),
-            name: "query_db".to_string(),
-            args: json!({"sql": format!("select {k}, \"é\\u00e9\" from t{i} where x = '{}'", "y".repeat(i)),
-                         "timeout_ms": 100 * i, "tags": ["a", "b", k]}),
-        })
-        .collect()
+/// The harness's ack wait (`common::Worker` passes `--ack-wait 4s`).
+const ACK_WAIT: Duration = Duration::from_secs(4);
+
+/// The fault workload publishing in the background while a test injects faults.
+struct Run {
+    label: String,
+    seed: u64,
+    started: Instant,
+    reference: Reference,
+    inputs: usize,
+    publishing: tokio::task::JoinHandle<Result<Published, String>>,
+    client: async_nats::Client,
 }
 
-/// Events the workload must produce: started + completed per call, one message.completed.
-fn expected_events(messages: usize) -> usize {
-    (0..messages).map(|i| 2 * calls_of(i).len() + 1).sum()
-}
-
-/// Waits until every message completed, stops the worker cleanly and checks the events stream:
-/// exactly the expected events (none missing, none twice by `event_id`, none for a message
-/// nobody sent), each call `started` then `completed` with its arguments byte for byte.
-/// `server_logs` adds the servers' logs to a failure message.
-async fn finish_and_check(
-    events: &mut StreamLog,
-    worker: &mut Worker,
-    messages: usize,
-    server_logs: impl Fn() -> String,
-) {
-    events
-        .until(
-            WAIT * 2,
-            "every message.completed after the server faults",
-            |all| completed_messages(all) >= messages,
-            || format!("{}\n--- servers ---\n{}", worker.log(), server_logs()),
-        )
-        .await;
-    assert!(
-        worker.is_running(),
-        "the worker stayed up through the faults"
-    );
-    assert!(
-        worker.terminate(),
-        "clean exit:\n{}",
-        tail(&worker.log(), 40)
-    );
-    events.poll().await;
-
-    assert_each_event_once(&events.all);
-    let grouped = by_message(&events.all);
-    let expected_keys: Vec<(String, String)> = (0..messages)
-        .map(|i| (format!("c{i}"), format!("m{i}")))
-        .collect();
-    let ghosts: Vec<_> = grouped
-        .keys()
-        .filter(|k| !expected_keys.contains(k))
-        .collect();
-    assert!(
-        ghosts.is_empty(),
-        "events of messages nobody sent: {ghosts:?}"
-    );
-    assert_eq!(
-        events.all.len(),
-        expected_events(messages),
-        "every expected event, nothing else"
-    );
-    for (i, key) in expected_keys.iter().enumerate() {
-        let evs = grouped
-            .get(key)
-            .unwrap_or_else(|| panic!("no events for {key:?}"));
-        let calls = calls_of(i);
-        check_message(evs, &calls).unwrap_or_else(|e| panic!("m{i}: {e}\n{evs:#?}"));
-        for c in &calls {
-            let completed = evs
-                .iter()
-                .find(|e| {
-                    e["type"] == "tool_call.completed" && e["tool_call"]["id"] == c.id.as_str()
-                })
-                .unwrap_or_else(|| panic!("m{i}: {} not completed", c.id));
-            assert_eq!(
-                completed["tool_call"]["raw_arguments"].as_str(),
-                Some(c.args.to_string().as_str()),
-                "m{i} {}: raw arguments byte-exact",
-                c.id
+impl Run {
+    /// Builds the CI workload, published over about `spread`, and its crash-free reference,
+    /// and starts publishing it through `client`.
+    fn start(label: String, tag: &str, spread: Duration, client: async_nats::Client) -> Run {
+        let seed = fault::seed();
+        eprintln!("{label}: seed {seed} (TOOLSTREAM_FAULT_SEED={seed} repeats this run)");
+        let spec = WorkloadSpec {
+            spread,
+            ..WorkloadSpec::ci(tag, seed)
+        };
+        let workload = Workload::build(&spec).expect("workload");
+        let reference =
+            Reference::compute(&workload, &assembler::Config::default()).expect("reference run");
+        let inputs = workload.input_count();
+        let producer = Producer::new(jetstream::new(client.clone()));
+        let publishing =
+            tokio::spawn(
+                async move { workload.publish(&producer, &Misbehaviour::default()).await },
             );
+        Run {
+            label,
+            seed,
+            started: Instant::now(),
+            reference,
+            inputs,
+            publishing,
+            client,
         }
     }
-    assert_eq!(
-        worker.log().matches("store open").count(),
-        1,
-        "one worker process for the whole run: it reconnected, it was never restarted"
-    );
+
+    /// Whether input is still being published.
+    fn flowing(&self) -> bool {
+        !self.publishing.is_finished()
+    }
+
+    /// Logs a step of the test with the time since publishing started.
+    fn phase(&self, what: &str) {
+        eprintln!(
+            "{}: {what} at {:.1?} (publishing: {})",
+            self.label,
+            self.started.elapsed(),
+            self.flowing()
+        );
+    }
+
+    /// Waits until publishing is done and the worker has published everything (or gave up),
+    /// stops the worker cleanly and checks every event, dead letter and query snapshot
+    /// against the reference. `servers` adds the servers' logs to a failure message.
+    async fn finish_and_check(self, worker: &mut Worker, servers: impl Fn() -> String) {
+        let published = self
+            .publishing
+            .await
+            .expect("publish task")
+            .expect("every input published (PubAck) despite the faults");
+        let publish_time = self.started.elapsed();
+        let mut checker = Checker::new(self.client.clone(), "toolstream");
+        let complete = checker
+            .wait(
+                &self.reference,
+                &WaitPlan {
+                    limit: Duration::from_secs(90),
+                    quiet: ACK_WAIT + Duration::from_secs(10),
+                    ..WaitPlan::default()
+                },
+            )
+            .await;
+        let mut report = checker.check(&self.reference).await;
+        report.complete = complete;
+        let was_running = worker.is_running();
+        let terminated = worker.terminate();
+        report.add(&checker.late_report().await);
+        eprintln!(
+            "{}: seed {}, messages {}, inputs {} ({} planned), events checked {}, lost {}, \
+             duplicated {}, ghosts {}, published in {publish_time:.1?}, total {:.1?}\n{report}",
+            self.label,
+            self.seed,
+            report.messages,
+            published.inputs,
+            self.inputs,
+            report.events_checked,
+            report.lost,
+            report.duplicated,
+            report.ghosts,
+            self.started.elapsed()
+        );
+        assert!(
+            report.ok(),
+            "{}: seed {}: {report}\n--- worker log (tail) ---\n{}\n--- servers ---\n{}",
+            self.label,
+            self.seed,
+            tail(&worker.log(), 40),
+            servers()
+        );
+        assert!(was_running, "the worker stayed up through the faults");
+        assert!(
+            terminated,
+            "clean exit after the run:\n{}",
+            tail(&worker.log(), 20)
+        );
+        assert_eq!(
+            worker.log().matches("store open").count(),
+            1,
+            "one worker process for the whole run: it reconnected, it was never restarted"
+        );
+        assert!(
+            worker.log().contains("disconnected from NATS"),
+            "the worker lost its server (the faults hit it)"
+        );
+    }
 }
 
 // ---- a single server, SIGKILLed and restarted ----
 
-const SINGLE_MESSAGES: usize = 24;
-
 async fn single_server_killed_mid_run(bin: ServerBin) {
+    let label = format!("single nats-server {}", bin.version);
     let mut server = NatsServer::start_with(&bin).expect("nats-server starts");
     let dir = tempfile::tempdir().unwrap();
     let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
-    let js = jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
+    let nats = client(&server.url()).await;
+    wait_provisioned(&jetstream::new(nats.clone()), "toolstream").await;
     worker.wait_ready();
-    let producer = Producer::new(js.clone());
-    let tasks = spawn_paced_openai_streams(
-        &producer,
-        SINGLE_MESSAGES,
-        calls_of,
-        Duration::from_millis(40),
-    );
 
-    // Let part of the run happen, then take the server away under load and bring it back.
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
-    events
-        .until(WAIT, "first events", |all| all.len() >= 5, || worker.log())
-        .await;
-    server.kill();
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    server
-        .restart()
-        .expect("server restarts on the same port and store");
-    let published_after_restart = tasks.iter().any(|t| !t.is_finished());
-    for t in tasks {
-        t.await.unwrap();
+    let run = Run::start(label, "ns", Duration::from_secs(20), nats);
+    for (at, down) in [(3_000, 700), (9_000, 1_500)] {
+        let wait = Duration::from_millis(at).saturating_sub(run.started.elapsed());
+        tokio::time::sleep(wait).await;
+        assert!(run.flowing(), "the kill lands while input flows");
+        run.phase("killing the server");
+        server.kill();
+        tokio::time::sleep(Duration::from_millis(down)).await;
+        server
+            .restart()
+            .expect("server restarts on the same port and store");
+        run.phase("server back");
     }
-    finish_and_check(&mut events, &mut worker, SINGLE_MESSAGES, || {
-        tail(&server.log(), 20)
-    })
-    .await;
-    assert!(
-        worker.log().contains("disconnected from NATS"),
-        "the worker saw the outage"
-    );
-    assert!(
-        published_after_restart,
-        "input was still flowing when the server came back (the kill landed mid-run)"
-    );
+    run.finish_and_check(&mut worker, || tail(&server.log(), 30))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,8 +196,6 @@ async fn single_server_sigkilled_mid_run_on_current_nats() {
 }
 
 // ---- a three-node cluster with R3 streams, nodes SIGKILLed and brought back ----
-
-const CLUSTER_MESSAGES: usize = 18;
 
 /// The worker's NATS connection name (`toolstream-<consumer>-p<partition>`).
 const WORKER_CLIENT: &str = "toolstream-toolstream-p0";
@@ -190,36 +214,42 @@ async fn cluster_client(cluster: &NatsCluster) -> async_nats::Client {
         .expect("test client connects to the cluster")
 }
 
-/// The server name leading `stream`'s RAFT group, once there is one.
-async fn stream_leader(js: &jetstream::Context, stream: &str) -> String {
-    let deadline = Instant::now() + WAIT;
+/// The server name leading the input stream's RAFT group once there is one other than `not`.
+async fn input_leader_other_than(js: &jetstream::Context, not: Option<&str>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(mut s) = js.get_stream(stream).await {
-            if let Ok(info) = s.info().await {
-                if let Some(leader) = info.cluster.as_ref().and_then(|c| c.leader.clone()) {
-                    return leader;
-                }
+        // one attempt at a time, bounded: a request sent while the client fails over to
+        // another node would otherwise hang for the client's whole request timeout
+        let attempt = tokio::time::timeout(Duration::from_secs(2), async {
+            let mut s = js.get_stream("TOOLSTREAM_IN").await.ok()?;
+            let info = s.info().await.ok()?;
+            info.cluster.as_ref().and_then(|c| c.leader.clone())
+        });
+        if let Ok(Some(leader)) = attempt.await {
+            if Some(leader.as_str()) != not {
+                return leader;
             }
         }
-        assert!(Instant::now() < deadline, "{stream} has no leader");
+        assert!(
+            Instant::now() < deadline,
+            "TOOLSTREAM_IN has no leader (other than {not:?})"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-/// SIGKILLs node `k`, leaves it down while input flows, starts it again on the same ports and
-/// store and waits until it has caught up.
-async fn kill_and_bring_back(cluster: &mut NatsCluster, k: usize) {
-    cluster.kill(k);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+/// Starts node `k` again on the same ports and store and waits until it has caught up.
+fn bring_back(cluster: &mut NatsCluster, k: usize) {
     cluster
         .restart(k)
         .unwrap_or_else(|e| panic!("restart {}: {e}", cluster.name(k)));
     cluster
-        .wait_current(k, WAIT)
+        .wait_current(k, Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
 async fn cluster_node_killed_mid_run(bin: ServerBin) {
+    let label = format!("3-node cluster nats-server {}", bin.version);
     let mut cluster = NatsCluster::start(&bin).expect("three-node cluster starts");
     let dir = tempfile::tempdir().unwrap();
     let mut worker = Worker::start(
@@ -227,7 +257,8 @@ async fn cluster_node_killed_mid_run(bin: ServerBin) {
         &dir.path().join("store"),
         &["--replicas", "3"],
     );
-    let js = jetstream::new(cluster_client(&cluster).await);
+    let nats = cluster_client(&cluster).await;
+    let js = jetstream::new(nats.clone());
     wait_provisioned(&js, "toolstream").await;
     worker.wait_ready();
     for name in ["TOOLSTREAM_IN", "TOOLSTREAM_EVENTS", "TOOLSTREAM_DLQ"] {
@@ -244,95 +275,39 @@ async fn cluster_node_killed_mid_run(bin: ServerBin) {
         assert_eq!(peers, 2, "{name}: a leader and two more replicas");
     }
 
-    // Paced so that input is still flowing through both faults below.
-    let producer = Producer::new(js.clone());
-    let started = Instant::now();
-    let tasks = spawn_paced_openai_streams(
-        &producer,
-        CLUSTER_MESSAGES,
-        calls_of,
-        Duration::from_millis(250),
-    );
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
-    events
-        .until(
-            WAIT,
-            "first events",
-            |all| all.len() >= 3,
-            || format!("{}\n{}", worker.log(), cluster.logs()),
-        )
-        .await;
+    // Longer than the single-server run: a stream's leader election under load can take
+    // 10-30 s on a 2-core machine, and both kills must land while input flows.
+    let run = Run::start(label, "nc", Duration::from_secs(30), nats);
+    tokio::time::sleep(Duration::from_secs(2)).await;
 
-    // First the node the worker is connected to (it must fail over to another), then the one
-    // that leads the input stream (JetStream must elect another while input flows).
-    let phase = |what: &str| {
-        eprintln!(
-            "nats-server {}: {what} at {:?}",
-            bin.version,
-            started.elapsed()
-        )
-    };
+    // The node the worker is connected to: the worker must fail over to another node.
     let serving = cluster.nodes_serving(WORKER_CLIENT);
     let [worker_node] = serving[..] else {
         panic!("the worker is connected to one node, not {serving:?}");
     };
-    phase(&format!(
+    assert!(run.flowing(), "the first kill lands while input flows");
+    run.phase(&format!(
         "killing {} (the worker's node)",
         cluster.name(worker_node)
     ));
-    kill_and_bring_back(&mut cluster, worker_node).await;
-    phase("it is back and current");
-    let leader = stream_leader(&js, "TOOLSTREAM_IN").await;
-    let leader_k = cluster.index_of(&leader).expect("leader is a node");
-    let flowing_at_leader_kill = tasks.iter().any(|t| !t.is_finished());
-    phase(&format!("killing {leader} (TOOLSTREAM_IN's leader)"));
+    cluster.kill(worker_node);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    bring_back(&mut cluster, worker_node);
+    run.phase("it is back and current");
+
+    // The node leading the input stream: JetStream must elect another while input flows.
+    let leader = input_leader_other_than(&js, None).await;
+    let leader_k = cluster.index_of(&leader).expect("the leader is a node");
+    assert!(run.flowing(), "the leader's kill lands while input flows");
+    run.phase(&format!("killing {leader} (TOOLSTREAM_IN's leader)"));
     cluster.kill(leader_k);
-    let new_leader = stream_leader_other_than(&js, &leader).await;
-    phase(&format!("{new_leader} leads TOOLSTREAM_IN"));
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    cluster
-        .restart(leader_k)
-        .unwrap_or_else(|e| panic!("restart {leader}: {e}"));
-    cluster
-        .wait_current(leader_k, WAIT)
-        .unwrap_or_else(|e| panic!("{e}"));
-    phase(&format!(
-        "{leader} is back and current; input still flowing: {}",
-        tasks.iter().any(|t| !t.is_finished())
-    ));
+    let next = input_leader_other_than(&js, Some(&leader)).await;
+    run.phase(&format!("{next} leads TOOLSTREAM_IN"));
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    bring_back(&mut cluster, leader_k);
+    run.phase(&format!("{leader} is back and current"));
 
-    for t in tasks {
-        t.await.unwrap();
-    }
-    finish_and_check(&mut events, &mut worker, CLUSTER_MESSAGES, || {
-        cluster.logs()
-    })
-    .await;
-    phase("all checked");
-    assert!(
-        worker.log().contains("disconnected from NATS"),
-        "the worker lost its node and failed over"
-    );
-    assert!(
-        flowing_at_leader_kill,
-        "input was still flowing when the input stream's leader was killed (mid-run)"
-    );
-}
-
-/// Waits until the input stream reports a leader other than `old` (it fails over after a kill).
-async fn stream_leader_other_than(js: &jetstream::Context, old: &str) -> String {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let leader = stream_leader(js, "TOOLSTREAM_IN").await;
-        if leader != old {
-            return leader;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "TOOLSTREAM_IN still led by the killed {old}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    run.finish_and_check(&mut worker, || cluster.logs()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

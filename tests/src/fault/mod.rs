@@ -88,6 +88,14 @@ impl Rng {
     }
 }
 
+/// The run's seed: `$TOOLSTREAM_FAULT_SEED` (to repeat a run), else [`seed_from_clock`].
+pub fn seed() -> u64 {
+    std::env::var("TOOLSTREAM_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(seed_from_clock)
+}
+
 /// A seed from the clock, for runs that were not given one (printed so the run can be
 /// repeated).
 pub fn seed_from_clock() -> u64 {
