@@ -262,13 +262,6 @@ impl Relay {
                     row.payload.clone().into(),
                 )
                 .await;
-                tracing::warn!(
-                    %subject,
-                    msg_id = %row.msg_id,
-                    size = row.payload.len(),
-                    max_payload,
-                    "dead letter larger than the server's max_payload; publishing it with its body cut"
-                );
                 let publish = PublishMessage::build()
                     .headers(header_map(&headers))
                     .message_id(&row.msg_id)

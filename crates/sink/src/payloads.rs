@@ -250,19 +250,34 @@ pub async fn fit_dead_letter(
     headers.push((HEADER_BODY_TRUNCATED.to_string(), body.len().to_string()));
     headers.push((HEADER_BODY_SHA256.to_string(), digest.clone()));
     let object = format!("dlq_{digest}");
-    match payloads.put(&object, &body).await {
-        Ok((r, _)) => headers.push((
-            HEADER_BODY_REF.to_string(),
-            format!("{}/{}", r.bucket, r.object),
-        )),
-        Err(e) => tracing::error!(
-            error = %e,
-            size = body.len(),
-            "dead-letter body too large to publish and not stored; the dead letter carries it cut"
-        ),
-    }
+    let stored = match payloads.put(&object, &body).await {
+        Ok((r, _)) => {
+            headers.push((
+                HEADER_BODY_REF.to_string(),
+                format!("{}/{}", r.bucket, r.object),
+            ));
+            true
+        }
+        Err(e) => {
+            tracing::error!(
+                error = %e,
+                %msg_id,
+                size = body.len(),
+                "dead-letter body too large to publish and not stored; the dead letter carries it cut"
+            );
+            false
+        }
+    };
     let room = max_payload.saturating_sub(wire_size(&headers, Some(msg_id), 0) + SLACK);
     let cut = body.slice(..room.min(body.len()));
+    tracing::warn!(
+        %msg_id,
+        size = body.len(),
+        kept = cut.len(),
+        max_payload,
+        stored,
+        "dead letter larger than the server's max_payload: published with its body cut"
+    );
     (headers, cut)
 }
 
