@@ -33,6 +33,12 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// First subject token of every subject toolstream uses (default `toolstream`).
     pub subject_prefix: String,
+    /// Prefix of the worker's reply subjects (JetStream API answers, PubAcks and its pull
+    /// deliveries, which carry every input) (default `_INBOX`). Give the worker its own, e.g.
+    /// `_INBOX_toolstream`, and allow only the worker to subscribe to it
+    /// (deploy/nats-permissions.conf): whoever may subscribe to the worker's inbox reads every
+    /// conversation's chunks.
+    pub inbox_prefix: String,
     /// Log format: `human` or `json` (default `human`). The level comes from `RUST_LOG`
     /// (default `info`).
     pub log_format: LogFormat,
@@ -167,6 +173,7 @@ impl Default for Config {
             nats_url: "nats://127.0.0.1:4222".to_string(),
             data_dir: PathBuf::from("./data"),
             subject_prefix: "toolstream".to_string(),
+            inbox_prefix: "_INBOX".to_string(),
             log_format: LogFormat::Human,
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             auth: AuthConfig::default(),
@@ -313,6 +320,12 @@ impl Config {
             }
         }
         validate_prefix(&self.subject_prefix)?;
+        if !is_subject(&self.inbox_prefix) {
+            bail!(
+                "inbox_prefix {:?} must be one or more non-empty subject tokens without wildcards or spaces",
+                self.inbox_prefix
+            );
+        }
         for (field, name) in [
             ("streams.input", &self.streams.input),
             ("streams.events", &self.streams.events),
@@ -347,12 +360,16 @@ impl Config {
     }
 }
 
-fn validate_prefix(prefix: &str) -> anyhow::Result<()> {
-    if prefix.is_empty()
-        || prefix.split('.').any(|t| {
+/// One or more non-empty subject tokens without wildcards, spaces or control characters.
+fn is_subject(prefix: &str) -> bool {
+    !prefix.is_empty()
+        && !prefix.split('.').any(|t| {
             t.is_empty() || t.contains(['*', '>', ' ', '\t']) || t.chars().any(char::is_control)
         })
-    {
+}
+
+fn validate_prefix(prefix: &str) -> anyhow::Result<()> {
+    if !is_subject(prefix) {
         bail!("subject_prefix {prefix:?} must be one or more non-empty subject tokens without wildcards or spaces");
     }
     Ok(())
@@ -378,6 +395,10 @@ pub struct RunArgs {
     /// First token of every subject [default: toolstream].
     #[arg(long, env = "TOOLSTREAM_SUBJECT_PREFIX", value_name = "PREFIX")]
     pub subject_prefix: Option<String>,
+    /// Prefix of the worker's reply subjects; give it its own (e.g. _INBOX_toolstream) that
+    /// only it may subscribe to [default: _INBOX].
+    #[arg(long, env = "TOOLSTREAM_INBOX_PREFIX", value_name = "PREFIX")]
+    pub inbox_prefix: Option<String>,
     /// Log format [default: human]; the level comes from RUST_LOG.
     #[arg(long, env = "TOOLSTREAM_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -518,6 +539,7 @@ impl RunArgs {
         set(&mut c.nats_url, self.nats_url);
         set(&mut c.data_dir, self.data_dir);
         set(&mut c.subject_prefix, self.subject_prefix);
+        set(&mut c.inbox_prefix, self.inbox_prefix);
         set(&mut c.log_format, self.log_format);
         set(&mut c.metrics_listen, self.metrics_listen);
 

@@ -80,6 +80,7 @@ pub async fn options(
         opts = opts.add_client_certificate(cert.clone(), key.clone());
     }
     Ok(opts
+        .custom_inbox_prefix(&config.inbox_prefix)
         .name(name)
         .retry_on_initial_connect()
         .max_reconnects(None)
