@@ -78,6 +78,10 @@ pub struct OwnedInput {
     pub origin: Origin,
     /// When JetStream stored it (ms since the epoch): the input's time for the store's timers.
     pub published_ms: u64,
+    /// Why its headers cannot be read (`unknown_provider`, `bad_seq`, `bad_control`), if
+    /// so: the store dead-letters it ([`Store::reject`]) and ends its stream, since a chunk
+    /// that is not assembled leaves a hole in its call.
+    pub rejected: Option<String>,
 }
 
 impl OwnedInput {
@@ -118,7 +122,9 @@ fn header<'h>(headers: Option<&'h HeaderMap>, name: &str) -> Option<&'h str> {
         .map(|v| v.as_str())
 }
 
-/// Turns subject, headers and body into an input, or says why it must be dead-lettered.
+/// Turns subject, headers and body into an input (marked `rejected` when its headers cannot
+/// be read), or, when the subject names no conversation and message, says why it must go to
+/// the unroutable dead-letter subject.
 pub fn parse_message(
     subjects: &Subjects,
     subject: &str,
@@ -131,23 +137,28 @@ pub fn parse_message(
         dlq_subject: subjects.dlq_unroutable(),
         reason: format!("unroutable_subject: {e}"),
     })?;
-    let reject = |reason: String| Rejected {
-        dlq_subject: subjects.dlq(parsed.conversation_id, parsed.message_id),
-        reason,
-    };
+    let mut rejected = None;
     let provider = match header(headers, HEADER_PROVIDER).map(str::trim) {
         None | Some("") => None,
-        Some(name) => Some(
-            Provider::parse(name).ok_or_else(|| reject(format!("unknown_provider: {name:?}")))?,
-        ),
+        Some(name) => {
+            let known = Provider::parse(name);
+            if known.is_none() {
+                rejected = Some(format!("unknown_provider: {name:?}"));
+            }
+            known
+        }
     };
     let seq = match header(headers, HEADER_SEQ).map(str::trim) {
         None | Some("") => Seq::Transport(stream_seq),
-        Some(text) => Seq::Producer(text.parse::<u64>().map_err(|_| {
-            reject(format!(
-                "bad_seq: {HEADER_SEQ} {text:?} is not a non-negative integer"
-            ))
-        })?),
+        Some(text) => match text.parse::<u64>() {
+            Ok(n) => Seq::Producer(n),
+            Err(_) => {
+                rejected.get_or_insert(format!(
+                    "bad_seq: {HEADER_SEQ} {text:?} is not a non-negative integer"
+                ));
+                Seq::Transport(stream_seq)
+            }
+        },
     };
     let control = match header(headers, HEADER_CONTROL).map(str::trim) {
         None | Some("") => None,
@@ -161,9 +172,10 @@ pub fn parse_message(
             }))
         }
         Some(other) => {
-            return Err(reject(format!(
+            rejected.get_or_insert(format!(
                 "bad_control: {HEADER_CONTROL} {other:?} (expected end or error)"
-            )))
+            ));
+            None
         }
     };
     Ok(OwnedInput {
@@ -179,6 +191,7 @@ pub fn parse_message(
             stream_seq,
         },
         published_ms,
+        rejected,
     })
 }
 
@@ -604,11 +617,17 @@ const APPLY_ATTEMPTS: u32 = 5;
 /// only after its delay, and a later chunk of the same stream fetched meanwhile would be
 /// applied first (parked when it has a `Toolstream-Seq`, but with only the JetStream sequence
 /// the late one would then be taken for a duplicate).
-fn apply_with_retry(store: &Store, input: &Input<'_>, now: u64) -> Result<Applied, StoreError> {
+fn apply_with_retry(store: &Store, owned: &OwnedInput) -> Result<Applied, StoreError> {
     let mut delay = Duration::from_millis(20);
     let mut attempt = 1;
+    let input = owned.as_input();
+    let now = owned.published_ms;
     loop {
-        match store.apply(input, now) {
+        let outcome = match &owned.rejected {
+            None => store.apply(&input, now),
+            Some(reason) => store.reject(&input, reason, now),
+        };
+        match outcome {
             Err(e) if attempt < APPLY_ATTEMPTS => {
                 tracing::warn!(error = %e, attempt, "storage error; retrying the same input");
                 std::thread::sleep(delay);
@@ -633,7 +652,7 @@ fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
             stream_seq = input.origin.stream_seq
         );
         let _guard = span.enter();
-        let outcome = apply_with_retry(store, &input.as_input(), input.published_ms);
+        let outcome = apply_with_retry(store, input);
         let failed = outcome.is_err();
         if let Ok(applied) = &outcome {
             tracing::trace!(?applied, "applied");
@@ -718,17 +737,20 @@ mod tests {
     }
 
     #[test]
-    fn a_non_numeric_seq_goes_to_the_message_dlq_with_its_reason() {
+    fn a_header_the_worker_cannot_read_marks_the_input_rejected_for_the_store() {
         let h = headers(&[("Toolstream-Seq", "three")]);
         let body = Bytes::new();
-        let r =
-            parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap_err();
-        assert_eq!(r.dlq_subject, "toolstream.dlq.c.m");
-        assert!(r.reason.starts_with("bad_seq"), "{}", r.reason);
+        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap();
+        let reason = i.rejected.expect("rejected");
+        assert!(reason.starts_with("bad_seq"), "{reason}");
+        assert_eq!(i.seq, Seq::Transport(1));
         let h = headers(&[("Toolstream-Provider", "nope")]);
-        let r =
-            parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap_err();
-        assert!(r.reason.starts_with("unknown_provider"), "{}", r.reason);
+        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap();
+        let reason = i.rejected.expect("rejected");
+        assert!(reason.starts_with("unknown_provider"), "{reason}");
+        let h = headers(&[("Toolstream-Control", "stop")]);
+        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap();
+        assert!(i.rejected.expect("rejected").starts_with("bad_control"));
     }
 
     #[test]

@@ -82,11 +82,14 @@ async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
         t.await.unwrap();
     }
 
+    // the broken chunk, every chunk of its stream after it (the call cannot be whole), the
+    // unroutable one and the bad sequence header
+    let expected_dead = 1 + (bad_stream.len() - 3) + 2;
     let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
     dlq.until(
         WAIT,
-        "three dead letters",
-        |all| all.len() >= 3,
+        "every dead letter",
+        |all| all.len() >= expected_dead,
         || worker.log(),
     )
     .await;
@@ -134,7 +137,7 @@ async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
 
     assert_eq!(
         dlq.all.len(),
-        3,
+        expected_dead,
         "each bad input dead-lettered exactly once: {:?}",
         dlq.all.iter().map(|r| &r.subject).collect::<Vec<_>>()
     );
@@ -146,6 +149,19 @@ async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
     };
 
     let undecodable = find("toolstream.dlq.cbad.mbad");
+    let of_bad: Vec<String> = dlq
+        .all
+        .iter()
+        .filter(|r| r.subject == "toolstream.dlq.cbad.mbad")
+        .map(|r| r.header("Toolstream-Reason").unwrap_or_default())
+        .collect();
+    assert!(
+        of_bad
+            .iter()
+            .skip(1)
+            .all(|r| r.starts_with("stream_closed")),
+        "after the hole: {of_bad:?}"
+    );
     assert_eq!(undecodable.payload, broken, "the raw chunk is kept");
     let reason = undecodable.header("Toolstream-Reason").unwrap_or_default();
     assert!(
@@ -170,8 +186,22 @@ async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
     let reason = bad_seq.header("Toolstream-Reason").unwrap_or_default();
     assert!(reason.starts_with("bad_seq"), "reason: {reason}");
 
-    // The good streams are exactly right.
+    // The call with the hole never completes: it ends abandoned (lost_chunk).
     let grouped = by_message(&events.all);
+    let bad: Vec<_> = grouped[&("cbad".to_string(), "mbad".to_string())]
+        .iter()
+        .map(|e| (e["type"].clone(), e["reason"].clone()))
+        .collect();
+    assert!(
+        bad.iter()
+            .any(|(t, r)| t == "tool_call.abandoned" && r == "lost_chunk"),
+        "{bad:?}"
+    );
+    assert!(
+        !bad.iter().any(|(t, _)| t == "tool_call.completed"),
+        "{bad:?}"
+    );
+    // The good streams are exactly right.
     for i in 0..GOOD {
         let evs = &grouped[&(format!("g{i}"), format!("gm{i}"))];
         check_message(evs, &good_calls(i)).unwrap_or_else(|e| panic!("g{i}: {e}\n{evs:#?}"));
