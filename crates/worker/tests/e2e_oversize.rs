@@ -4,8 +4,9 @@
 //! - a dead letter that does not fit (an input body that filled `max_payload`, plus the
 //!   dead-letter headers) still lands in the DLQ with its reason and headers, its body cut and
 //!   `Toolstream-Body-*` headers naming the whole body in the payload bucket — on both paths:
-//!   the worker's direct dead letter (unknown provider) and the store's dead-letter outbox row
-//!   published by the relay (an undecodable chunk);
+//!   the worker's direct dead letter (`dead_letter_now`: a subject naming no message) and the
+//!   store's dead-letter outbox rows published by the relay (an unknown provider, an
+//!   undecodable chunk);
 //! - a call with 1 MiB of arguments reaches an events subscriber as `tool_call.completed` with
 //!   `payload_ref`, the object holds the whole event byte for byte, and the message query
 //!   answers by reference too;
@@ -155,50 +156,63 @@ async fn a_dead_letter_larger_than_max_payload_is_kept_with_its_reason_not_dropp
             .collect()
     };
 
-    // 1. the worker's direct dead letter: an unknown provider
-    let direct_headers = [
-        ("Toolstream-Provider", "no-such-llm"),
-        ("Toolstream-Seq", "0"),
-    ];
-    let direct = body_for(&direct_headers, "cx:mx:0");
-    let mut h = HeaderMap::new();
-    for (k, v) in direct_headers {
-        h.insert(k, v);
-    }
-    producer
-        .publish("toolstream.chunks.cx.mx", h, "cx:mx:0", &direct)
-        .await;
+    let publish_filling = |subject: &'static str, provider: &'static str, msg_id: &'static str| {
+        let headers = [("Toolstream-Provider", provider), ("Toolstream-Seq", "0")];
+        let body = body_for(&headers, msg_id);
+        let producer = producer.clone();
+        async move {
+            let mut h = HeaderMap::new();
+            for (k, v) in headers {
+                h.insert(k, v);
+            }
+            producer.publish(subject, h, msg_id, &body).await;
+            body
+        }
+    };
+    // 1. the worker's direct dead letter (dead_letter_now): a subject that names no message
+    let unroutable = publish_filling("toolstream.chunks.lonely", "openai-chat", "lonely:0").await;
+    // 2. the store's dead letters, published by the relay: an unknown provider, and a chunk
+    //    that does not decode
+    let unknown = publish_filling("toolstream.chunks.cx.mx", "no-such-llm", "cx:mx:0").await;
+    let undecodable = publish_filling("toolstream.chunks.cy.my", "openai-chat", "cy:my:0").await;
 
-    // 2. the store's dead letter, published by the relay: a chunk that does not decode
-    let store_headers = [
-        ("Toolstream-Provider", "openai-chat"),
-        ("Toolstream-Seq", "0"),
+    let cases = [
+        (
+            "toolstream.dlq.unroutable",
+            "toolstream.chunks.lonely",
+            &unroutable,
+            "unroutable_subject",
+            1u64,
+        ),
+        (
+            "toolstream.dlq.cx.mx",
+            "toolstream.chunks.cx.mx",
+            &unknown,
+            "unknown_provider",
+            2u64,
+        ),
+        (
+            "toolstream.dlq.cy.my",
+            "toolstream.chunks.cy.my",
+            &undecodable,
+            "",
+            3u64,
+        ),
     ];
-    let undecodable = body_for(&store_headers, "cy:my:0");
-    let mut h = HeaderMap::new();
-    for (k, v) in store_headers {
-        h.insert(k, v);
-    }
-    producer
-        .publish("toolstream.chunks.cy.my", h, "cy:my:0", &undecodable)
-        .await;
-
     let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
     dlq.until(
         WAIT,
-        "both oversized dead letters",
+        "the three oversized dead letters",
         |all| {
-            all.iter().any(|r| r.subject == "toolstream.dlq.cx.mx")
-                && all.iter().any(|r| r.subject == "toolstream.dlq.cy.my")
+            cases
+                .iter()
+                .all(|(subject, ..)| all.iter().any(|r| r.subject == *subject))
         },
         || worker.log(),
     )
     .await;
 
-    for (subject, original, reason_prefix, seq) in [
-        ("toolstream.dlq.cx.mx", &direct, "unknown_provider", 1u64),
-        ("toolstream.dlq.cy.my", &undecodable, "", 2u64),
-    ] {
+    for (subject, input_subject, original, reason_prefix, seq) in cases {
         let dead: Vec<&Read> = dlq.all.iter().filter(|r| r.subject == subject).collect();
         assert_eq!(dead.len(), 1, "{subject}: exactly one dead letter");
         let dead = dead[0];
@@ -211,8 +225,10 @@ async fn a_dead_letter_larger_than_max_payload_is_kept_with_its_reason_not_dropp
             !reason.contains("too_large"),
             "{subject}: the input's own reason: {reason}"
         );
-        let input_subject = subject.replace(".dlq.", ".chunks.");
-        assert_eq!(dead.header("Toolstream-Subject"), Some(input_subject));
+        assert_eq!(
+            dead.header("Toolstream-Subject").as_deref(),
+            Some(input_subject)
+        );
         assert_eq!(dead.header("Toolstream-Stream-Seq"), Some(seq.to_string()));
         assert_eq!(
             dead.header("Toolstream-Body-Truncated"),
@@ -257,7 +273,7 @@ async fn a_dead_letter_larger_than_max_payload_is_kept_with_its_reason_not_dropp
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
     dlq.poll().await;
-    assert_eq!(dlq.all.len(), 2, "no second dead letter");
+    assert_eq!(dlq.all.len(), 3, "no second dead letter");
     assert!(worker.terminate());
 }
 
