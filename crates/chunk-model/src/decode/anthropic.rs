@@ -22,7 +22,7 @@
 use serde::Deserialize;
 
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
-use crate::decode::lenient::{opt_object, FinishReason, Loose};
+use crate::decode::lenient::{opt_object, FinishReason, Loose, SoftIndex};
 use crate::decode::text::{provider_message, JsonText, Text};
 use crate::decode::typed::parse_typed_event;
 use crate::error::DecodeError;
@@ -35,8 +35,8 @@ struct Event<'a> {
     #[serde(rename = "type", borrow)]
     kind: Text<'a>,
     /// Content block index (block events).
-    #[serde(default, borrow)]
-    index: Option<Loose<'a>>,
+    #[serde(default)]
+    index: Option<SoftIndex>,
     /// The block that starts (`content_block_start`).
     #[serde(default, borrow, deserialize_with = "opt_object")]
     content_block: Option<Block<'a>>,
@@ -91,7 +91,7 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     let bad = |field: &str, problem: String| {
         DecodeError::bad_field(Provider::Anthropic, field, problem, chunk)
     };
-    let at_index = |index: Option<Loose<'_>>| match index.as_ref().map(Loose::index) {
+    let at_index = |index: Option<SoftIndex>| match index.as_ref().map(SoftIndex::get) {
         Some(Ok(Some(i))) => Ok(i),
         Some(Err(problem)) => Err(bad("index", problem)),
         Some(Ok(None)) | None => Err(bad(

@@ -27,7 +27,7 @@
 use serde::Deserialize;
 
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
-use crate::decode::lenient::{opt_object, FinishReason, Loose};
+use crate::decode::lenient::{opt_object, FinishReason, SoftIndex};
 use crate::decode::text::{non_blank_text, shorten, JsonText, Text};
 use crate::decode::typed::parse;
 use crate::error::DecodeError;
@@ -41,27 +41,27 @@ struct Event<'a> {
     content_block_start: Option<BlockStart<'a>>,
     #[serde(borrow, default)]
     content_block_delta: Option<BlockDelta<'a>>,
-    #[serde(borrow, default)]
-    content_block_stop: Option<BlockStop<'a>>,
+    #[serde(default)]
+    content_block_stop: Option<BlockStop>,
     #[serde(borrow, default)]
     message_stop: Option<MessageStop<'a>>,
     #[serde(default, deserialize_with = "opt_object")]
-    internal_server_exception: Option<Exception>,
+    internal_server_exception: Option<Box<Exception>>,
     #[serde(default, deserialize_with = "opt_object")]
-    model_stream_error_exception: Option<Exception>,
+    model_stream_error_exception: Option<Box<Exception>>,
     #[serde(default, deserialize_with = "opt_object")]
-    validation_exception: Option<Exception>,
+    validation_exception: Option<Box<Exception>>,
     #[serde(default, deserialize_with = "opt_object")]
-    throttling_exception: Option<Exception>,
+    throttling_exception: Option<Box<Exception>>,
     #[serde(default, deserialize_with = "opt_object")]
-    service_unavailable_exception: Option<Exception>,
+    service_unavailable_exception: Option<Box<Exception>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct BlockStart<'a> {
-    #[serde(borrow, default)]
-    content_block_index: Option<Loose<'a>>,
+    #[serde(default)]
+    content_block_index: Option<SoftIndex>,
     #[serde(borrow, default)]
     start: Option<Start<'a>>,
 }
@@ -85,8 +85,8 @@ struct ToolUseStart<'a> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct BlockDelta<'a> {
-    #[serde(borrow, default)]
-    content_block_index: Option<Loose<'a>>,
+    #[serde(default)]
+    content_block_index: Option<SoftIndex>,
     #[serde(borrow, default)]
     delta: Option<Delta<'a>>,
 }
@@ -106,9 +106,9 @@ struct ToolUseDelta<'a> {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct BlockStop<'a> {
-    #[serde(borrow, default)]
-    content_block_index: Option<Loose<'a>>,
+struct BlockStop {
+    #[serde(default)]
+    content_block_index: Option<SoftIndex>,
 }
 
 #[derive(Deserialize)]
@@ -128,8 +128,8 @@ struct Exception {
 /// Decodes one Bedrock chunk (already trimmed, never `[DONE]`).
 pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     let event: Event<'_> = parse(Provider::Bedrock, chunk)?;
-    let index_of = |index: Option<Loose<'_>>, field: &str| {
-        let problem = match index.as_ref().map(Loose::index) {
+    let index_of = |index: Option<SoftIndex>, field: &str| {
+        let problem = match index.as_ref().map(SoftIndex::get) {
             Some(Ok(Some(i))) => return Ok(i),
             Some(Err(problem)) => problem,
             Some(Ok(None)) | None => "missing: a block event needs its index".to_string(),

@@ -5,6 +5,7 @@
 //!   scalars kept, arrays and objects skipped). Fields that only some event types need are
 //!   read as `Loose` and checked where they are needed, so the same field on another event
 //!   type, whatever it holds, changes nothing.
+//! - [`SoftIndex`]: the same for an index, holding the position or the problem to report.
 //! - [`FinishReason`]: a finish/stop reason as a string (`"tool_calls"`), or as the AI SDK v6
 //!   (`LanguageModelV3`) object `{"unified": "tool-calls", "raw": "tool_calls"}`; any other
 //!   shape reads as no reason, never as an error.
@@ -228,6 +229,29 @@ impl<'de> Visitor<'de> for LooseVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(Loose::Object)
+    }
+}
+
+/// An index read without failing (see [`Loose::index`]): the position, or the problem to
+/// report where the index is needed. Smaller than a [`Loose`], so the structs that hold one
+/// stay cheap to move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SoftIndex(Result<Option<u32>, Box<String>>);
+
+impl SoftIndex {
+    /// The index (`None` for a blank string), or the problem with the value.
+    pub fn get(&self) -> Result<Option<u32>, String> {
+        match &self.0 {
+            Ok(i) => Ok(*i),
+            Err(problem) => Err(problem.to_string()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SoftIndex {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Loose::deserialize(deserializer)?;
+        Ok(SoftIndex(value.index().map_err(Box::new)))
     }
 }
 

@@ -22,7 +22,7 @@
 //! the assembler's job. Blank or `null` ids and names are absent.
 
 use crate::chunk::{CallFragment, CallRef, ChunkEvent, Finish};
-use crate::decode::lenient::{opt_index, FinishReason, Loose};
+use crate::decode::lenient::{opt_index, FinishReason, SoftIndex};
 use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
 use crate::decode::typed::parse;
 use crate::error::DecodeError;
@@ -40,8 +40,8 @@ struct Chunk<'a> {
 #[derive(Deserialize)]
 struct Choice<'a> {
     /// Which alternative completion (`n > 1`); only used to skip the others.
-    #[serde(borrow, default)]
-    index: Option<Loose<'a>>,
+    #[serde(default)]
+    index: Option<SoftIndex>,
     #[serde(borrow, default)]
     delta: Option<Delta<'a>>,
     #[serde(borrow, default)]
@@ -80,7 +80,7 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     let mut out = Vec::new();
     for choice in parsed.choices.into_iter().flatten() {
         // A choice index that is not a readable number counts as the first choice.
-        if let Some(Ok(Some(i))) = choice.index.as_ref().map(Loose::index) {
+        if let Some(Ok(Some(i))) = choice.index.as_ref().map(SoftIndex::get) {
             if i != 0 {
                 continue;
             }

@@ -17,7 +17,7 @@
 //! or any other member of whatever shape never fails a chunk.
 
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
-use crate::decode::lenient::{opt_object, FinishReason, Loose};
+use crate::decode::lenient::{opt_object, FinishReason, Loose, SoftIndex};
 use crate::decode::text::{provider_message, JsonText, Text};
 use crate::decode::typed::parse_typed_event;
 use crate::error::DecodeError;
@@ -44,8 +44,8 @@ fn handled(ty: &str) -> bool {
 struct Event<'a> {
     #[serde(rename = "type", borrow)]
     ty: Text<'a>,
-    #[serde(borrow, default)]
-    output_index: Option<Loose<'a>>,
+    #[serde(default)]
+    output_index: Option<SoftIndex>,
     #[serde(borrow, default)]
     item_id: Option<Loose<'a>>,
     #[serde(borrow, default)]
@@ -101,7 +101,7 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     else {
         return Ok(Vec::new());
     };
-    let index = |value: &Option<Loose<'_>>| match value.as_ref().map(Loose::index) {
+    let index = |value: &Option<SoftIndex>| match value.as_ref().map(SoftIndex::get) {
         None => Ok(None),
         Some(Ok(i)) => Ok(i),
         Some(Err(problem)) => Err(DecodeError::bad_field(
