@@ -528,6 +528,14 @@ async fn a_producer_cannot_touch_another_conversation_forge_events_or_call_the_j
             .expect(&format!("publish to {subject}"), &refused)
             .await;
     }
+    // The server logs refusals too (what the worker test checks for its own user).
+    assert!(
+        d.server_violations()
+            .iter()
+            .any(|l| l.contains("producer-acme")),
+        "refusals are in the server log: {:#?}",
+        d.server_violations()
+    );
     // Subscriptions: other conversations' events and input, and the worker's inbox.
     for subject in [
         "toolstream.events.>".to_string(),
