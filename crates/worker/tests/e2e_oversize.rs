@@ -23,7 +23,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
-use toolstream_testkit::{debian_server, NatsServer};
+use toolstream_testkit::{current_server, debian_server, NatsServer};
 
 const BUCKET: &str = "TOOLSTREAM_PAYLOADS";
 
@@ -279,7 +279,18 @@ async fn a_dead_letter_larger_than_max_payload_is_kept_with_its_reason_not_dropp
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_with_1_mib_of_arguments_reaches_subscribers_as_completed_not_the_dlq() {
-    let server = server();
+    big_call_reaches_subscribers(server()).await;
+}
+
+/// The same on the pinned current nats-server release (scripts/test.sh installs it), so the
+/// object store use holds on both ends of the supported range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_with_1_mib_of_arguments_reaches_subscribers_on_the_current_nats_server_too() {
+    let bin = current_server().expect("the pinned current nats-server");
+    big_call_reaches_subscribers(NatsServer::start_with(&bin).expect("nats-server")).await;
+}
+
+async fn big_call_reaches_subscribers(server: NatsServer) {
     let dir = tempfile::tempdir().unwrap();
     let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
     let client = client(&server.url()).await;
@@ -380,6 +391,26 @@ async fn a_call_with_1_mib_of_arguments_reaches_subscribers_as_completed_not_the
         call.args.to_string()
     );
     assert_eq!(snapshot.calls[0].tool_call.arguments, call.args);
+    // so does the history of the conversation, which carries the arguments too
+    // (rendering 1 MiB of arguments takes seconds in a debug build: a longer timeout)
+    let reply = client
+        .send_request(
+            "toolstream.query.history.cbig",
+            async_nats::Request::new()
+                .payload("".into())
+                .timeout(Some(WAIT)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("history reply: {e}\n{}", tail(&worker.log(), 30)));
+    let reply: Value = serde_json::from_slice(&reply.payload).expect("reply JSON");
+    let history = fetch_ref(&js, &reply["payload_ref"]).await;
+    let history: Value = serde_json::from_slice(&history).expect("history JSON");
+    assert!(
+        history
+            .to_string()
+            .contains(&serde_json::to_string(&call.args.to_string()).unwrap()),
+        "the history renders the whole arguments"
+    );
     // a small message's query still answers inline
     let reply = client
         .request("toolstream.query.message.csmall.msmall", "".into())
