@@ -595,6 +595,48 @@ async fn a_producer_cannot_touch_another_conversation_forge_events_or_call_the_j
     for name in ["TOOLSTREAM_EVENTS", "TOOLSTREAM_DLQ"] {
         js.get_stream(name).await.expect(name);
     }
+
+    // A result on its own conversation naming the other conversation's call id does not reach
+    // that call: results are matched within their conversation.
+    Producer::new(js.clone())
+        .openai_stream(&b, "m1", &[call("call_b1", "b")])
+        .await;
+    let b_completed = |all: &[Read]| {
+        all.iter().any(|r| {
+            let v = r.json();
+            v["conversation_id"] == b.as_str() && v["type"] == "message.completed"
+        })
+    };
+    events
+        .until(WAIT, "the other conversation's events", b_completed, || {
+            w.log()
+        })
+        .await;
+    producer
+        .result(CONV_A, "m1", 0, "call_b1", "stolen-result")
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    events.poll().await;
+    for v in events.all.iter().map(Read::json) {
+        if v["conversation_id"] == b.as_str() {
+            assert!(
+                !v["type"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("tool_result")
+                    && !v.to_string().contains("stolen"),
+                "another conversation's result reached {b}: {v}"
+            );
+        }
+    }
+    let snapshot = d
+        .admin
+        .request(format!("toolstream.query.message.{b}.m1"), "".into())
+        .await
+        .expect("answered");
+    let snapshot = String::from_utf8_lossy(&snapshot.payload);
+    assert!(snapshot.contains("call_b1"), "{snapshot}");
+    assert!(!snapshot.contains("stolen"), "{snapshot}");
     assert!(stream.info().await.unwrap().state.messages as usize >= input.all.len());
     assert!(w.terminate());
 }
