@@ -139,7 +139,12 @@ pub struct ConsumerConfig {
     pub batch_size: usize,
     /// How long one pull request waits on the server for messages (default `5s`).
     pub fetch_expiry: HumanDuration,
-    /// Deliveries of one message before the server gives up on it (default 5).
+    /// Deliveries of one message before the worker gives up on it with a dead letter (default
+    /// 5): a message that keeps failing to be stored (`store_error`), or during which the
+    /// worker stopped `max_deliver - 1` times while applying it alone (`poison`). The
+    /// server's consumer redelivers without limit (`max_deliver = -1` there), so no message
+    /// is ever dropped without a dead letter, and a crash never uses up another message's
+    /// deliveries.
     pub max_deliver: i64,
     /// Unacknowledged messages the server lets the consumer hold (default 4096).
     pub max_ack_pending: i64,
@@ -276,8 +281,8 @@ impl Config {
         if c.batch_size == 0 {
             bail!("consumer.batch_size must be at least 1");
         }
-        if c.max_deliver < 1 {
-            bail!("consumer.max_deliver must be at least 1 (a bounded number of deliveries, so a bad message never loops)");
+        if c.max_deliver < 2 {
+            bail!("consumer.max_deliver must be at least 2: a message is given up on after max_deliver - 1 stops of the worker while applying it alone, and with fewer any crash would dead-letter the messages the worker held (a bounded number, so a bad message never loops)");
         }
         if c.max_ack_pending < 1 {
             bail!("consumer.max_ack_pending must be at least 1");
@@ -467,7 +472,7 @@ pub struct RunArgs {
     /// How long one pull request waits on the server [default: 5s].
     #[arg(long, env = "TOOLSTREAM_FETCH_EXPIRY", value_name = "DURATION")]
     pub fetch_expiry: Option<HumanDuration>,
-    /// Deliveries of one message before the server gives up [default: 5].
+    /// Deliveries of one message before the worker dead-letters it (store_error, poison) [default: 5].
     #[arg(long, env = "TOOLSTREAM_MAX_DELIVER", value_name = "N")]
     pub max_deliver: Option<i64>,
     /// Unacked messages the consumer may hold [default: 4096].

@@ -398,7 +398,34 @@ impl ConsumeLoop {
     }
 
     /// One batch: parse, apply, flush once, then settle every message.
+    ///
+    /// A message delivered before (after a crash, a lost ack, a nak) is applied alone, after a
+    /// durable note ([`Store::begin_attempt`]): if the process stops while applying it, the
+    /// next start knows which input it was, and after `max_deliver - 1` such stops the input
+    /// is dead-lettered as `poison` instead of crashing the worker again. The messages that
+    /// were merely fetched with it are applied alone too, get no stop recorded, and lose
+    /// nothing. (The server redelivers without limit: it never drops a message on its own.)
     async fn process(&self, batch: Vec<jetstream::Message>) {
+        let mut fresh = Vec::with_capacity(batch.len());
+        for msg in batch {
+            let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+            if delivered > 1 {
+                if !fresh.is_empty() {
+                    self.process_run(std::mem::take(&mut fresh), false).await;
+                }
+                self.process_run(vec![msg], true).await;
+            } else {
+                fresh.push(msg);
+            }
+        }
+        if !fresh.is_empty() {
+            self.process_run(fresh, false).await;
+        }
+    }
+
+    /// Parses, applies (together, or one `alone` with its note), flushes once, then settles
+    /// every message.
+    async fn process_run(&self, batch: Vec<jetstream::Message>, alone: bool) {
         let mut work = Vec::with_capacity(batch.len());
         for msg in batch {
             let (stream_seq, published_ms) = msg
@@ -438,7 +465,13 @@ impl ConsumeLoop {
         } else {
             let store = Arc::clone(&self.store);
             let n = inputs.len();
-            match tokio::task::spawn_blocking(move || apply_batch(&store, &inputs)).await {
+            let give_up_after =
+                u32::try_from(self.config.max_deliver.saturating_sub(1).max(1)).unwrap_or(u32::MAX);
+            let apply = move || match inputs.as_slice() {
+                [input] if alone => apply_alone(&store, input, give_up_after),
+                _ => apply_batch(&store, &inputs),
+            };
+            match tokio::task::spawn_blocking(apply).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(error = %e, "apply task failed");
@@ -618,6 +651,7 @@ const APPLY_ATTEMPTS: u32 = 5;
 /// applied first (parked when it has a `Toolstream-Seq`, but with only the JetStream sequence
 /// the late one would then be taken for a duplicate).
 fn apply_with_retry(store: &Store, owned: &OwnedInput) -> Result<Applied, StoreError> {
+    crash_on_poison_failpoint(&owned.body);
     let mut delay = Duration::from_millis(20);
     let mut attempt = 1;
     let input = owned.as_input();
@@ -636,6 +670,59 @@ fn apply_with_retry(store: &Store, owned: &OwnedInput) -> Result<Applied, StoreE
             }
             outcome => return outcome,
         }
+    }
+}
+
+/// Test failpoint `TOOLSTREAM_FAILPOINT_ABORT_ON_BODY=<text>`: the process aborts while
+/// applying any input whose body contains `<text>` (an input that crashes the worker, for the
+/// poison tests). Off unless set.
+fn crash_on_poison_failpoint(body: &[u8]) {
+    static MARKER: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
+    let marker = MARKER.get_or_init(|| {
+        std::env::var("TOOLSTREAM_FAILPOINT_ABORT_ON_BODY")
+            .ok()
+            .filter(|m| !m.is_empty())
+            .map(String::into_bytes)
+    });
+    if let Some(m) = marker {
+        if body.windows(m.len()).any(|w| w == m.as_slice()) {
+            tracing::error!("failpoint: aborting while applying a poison input");
+            std::process::abort();
+        }
+    }
+}
+
+/// Applies one input that was delivered before, alone, behind a durable note (see
+/// [`ConsumeLoop::process`]); dead-letters it as `poison` once the process has stopped
+/// `give_up_after` times while applying it. Flushes. Blocking.
+fn apply_alone(store: &Store, input: &OwnedInput, give_up_after: u32) -> BatchResult {
+    let started = Instant::now();
+    let seq = input.origin.stream_seq;
+    let outcome = match store.begin_attempt(seq) {
+        Err(e) => Err(e),
+        Ok(stops) if stops >= give_up_after => {
+            let reason =
+                format!("poison: the worker stopped {stops} times while applying this input alone");
+            store.reject(&input.as_input(), &reason, input.published_ms)
+        }
+        Ok(_) => apply_with_retry(store, input),
+    };
+    // the process is still here: whatever happened, this input did not stop it
+    let ended = store.end_attempt(seq);
+    let apply_time = started.elapsed();
+    let flush_started = Instant::now();
+    let flushed = match ended.and_then(|()| store.flush()) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "flush failed; input will be redelivered");
+            false
+        }
+    };
+    BatchResult {
+        outcomes: vec![outcome],
+        flushed,
+        apply_time,
+        flush_time: flush_started.elapsed(),
     }
 }
 

@@ -110,7 +110,9 @@ pub fn desired_consumer(config: &Config, name: &str, filter: &str) -> pull::Conf
         deliver_policy: DeliverPolicy::All,
         ack_policy: AckPolicy::Explicit,
         ack_wait: c.ack_wait.get(),
-        max_deliver: c.max_deliver,
+        // The server redelivers without limit and never drops a message on its own: the
+        // worker bounds deliveries itself (consumer.max_deliver: a dead letter, never silence).
+        max_deliver: -1,
         max_ack_pending: c.max_ack_pending,
         filter_subject: filter.to_string(),
         ..Default::default()
@@ -437,7 +439,7 @@ mod tests {
             durable_name: want.durable_name.clone(),
             ack_policy: AckPolicy::None,
             ack_wait: want.ack_wait,
-            max_deliver: -1,
+            max_deliver: 5,
             max_ack_pending: want.max_ack_pending,
             ..Default::default()
         };

@@ -47,7 +47,10 @@ async fn fresh_server_gets_streams_and_a_bounded_explicit_ack_consumer() {
     let c = input.consumer_info("toolstream").await.unwrap().config;
     assert_eq!(c.durable_name.as_deref(), Some("toolstream"));
     assert_eq!(c.ack_policy, AckPolicy::Explicit);
-    assert_eq!(c.max_deliver, 7);
+    assert_eq!(
+        c.max_deliver, -1,
+        "the server never drops a message; the worker bounds deliveries (--max-deliver 7)"
+    );
     assert_eq!(c.max_ack_pending, 4096);
     assert_eq!(
         c.ack_wait,
@@ -93,7 +96,7 @@ async fn an_incompatible_existing_stream_stops_the_worker_naming_the_field() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_existing_consumer_with_unbounded_redelivery_is_refused() {
+async fn an_existing_consumer_that_drops_messages_after_max_deliver_is_refused() {
     let server = NatsServer::start().expect("nats-server");
     let js = async_nats::jetstream::new(client(&server.url()).await);
     let input = js
@@ -109,7 +112,7 @@ async fn an_existing_consumer_with_unbounded_redelivery_is_refused() {
         .create_consumer(pull::Config {
             durable_name: Some("toolstream".into()),
             ack_policy: AckPolicy::Explicit,
-            max_deliver: -1,
+            max_deliver: 5,
             ..Default::default()
         })
         .await

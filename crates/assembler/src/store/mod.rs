@@ -13,6 +13,7 @@
 //!   open and after a failed commit.
 
 mod apply;
+mod attempts;
 mod inner;
 pub mod records;
 mod retention;
@@ -75,6 +76,7 @@ impl Store {
 
     /// A store on any [`Storage`].
     pub fn with_storage(storage: Arc<dyn Storage>, config: Config) -> Result<Store, StoreError> {
+        attempts::recover(storage.as_ref())?;
         let inner = Inner::load(storage.as_ref(), config)?;
         let outbox_len = storage.count(Space::Outbox)?;
         // Everything found at open survived a restart: it is durable.
