@@ -281,6 +281,19 @@ impl Config {
         if c.batch_size == 0 {
             bail!("consumer.batch_size must be at least 1");
         }
+        // The relay publishes each event with Nats-Msg-Id = event_id and deletes its row after
+        // the PubAck; a PubAck lost to a timeout, a reconnect or a crash means the same event is
+        // published again, and only the events stream's duplicate window drops that copy.
+        let window = self.streams.duplicate_window.get();
+        let retry = self.relay.interval.get() + Duration::from_secs(60);
+        if window < retry {
+            bail!(
+                "streams.duplicate_window ({window:?}) must be at least relay.interval + 60s \
+                 ({retry:?}): an event whose PubAck was lost (timeout, reconnect, crash) is \
+                 published again, and only the duplicate window keeps subscribers from seeing \
+                 it twice"
+            );
+        }
         if c.max_deliver < 2 {
             bail!("consumer.max_deliver must be at least 2: a message is given up on after max_deliver - 1 stops of the worker while applying it alone, and with fewer any crash would dead-letter the messages the worker held (a bounded number, so a bad message never loops)");
         }
@@ -657,6 +670,37 @@ mod tests {
             let cli = Cli::parse_from(["x", flags[0], flags[1]]);
             let err = cli.args.resolve().unwrap_err();
             assert!(err.to_string().contains(field), "{flags:?}: {err}");
+        }
+    }
+
+    /// Settings that cannot work together are refused at start, saying why: a duplicate
+    /// window the relay's re-publication outlives would show events twice, and one delivery
+    /// would let any crash dead-letter every input the worker held. (The timers themselves
+    /// cannot conflict any more: they run on the settled watermark, see watermark.rs.)
+    #[test]
+    fn settings_that_cannot_work_together_are_refused_saying_why() {
+        for (flags, field, why) in [
+            (
+                ["--duplicate-window", "10s"],
+                "streams.duplicate_window",
+                "published again",
+            ),
+            (["--max-deliver", "1"], "consumer.max_deliver", "crash"),
+        ] {
+            let cli = Cli::parse_from(["x", flags[0], flags[1]]);
+            let err = cli.args.resolve().unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains(why), "{flags:?}: {err}");
+        }
+        for ok in [
+            ["--gap-timeout-ms", "0"],
+            ["--idle-timeout-ms", "1"],
+            ["--ack-wait", "24h"],
+        ] {
+            let cli = Cli::parse_from(["x", ok[0], ok[1]]);
+            assert!(
+                cli.args.resolve().is_ok(),
+                "{ok:?} works with every other timer"
+            );
         }
     }
 
