@@ -1,8 +1,9 @@
 //! `deploy/nats-permissions.conf` on a real server, behind the partition mapping of
 //! `deploy/nats-server.conf`, exactly as deployed:
 //! - the worker does everything it does (provisions, consumes a backlog, publishes events and
-//!   dead letters, answers queries and service discovery, restarts) with only the worker
-//!   user's permissions, and nothing it does is refused;
+//!   dead letters, large payloads through the object store bucket, answers queries and service
+//!   discovery, restarts) with only the worker user's permissions, and nothing it does is
+//!   refused; the same file fits an unpartitioned worker on a server without the mapping;
 //! - the suite can see a missing grant: without `$JS.API.STREAM.MSG.GET.TOOLSTREAM_IN` the same
 //!   run is refused;
 //! - a producer allowed one conversation cannot publish another's input (no event appears for
@@ -53,6 +54,12 @@ fn server_conf(edit: impl Fn(String) -> String) -> String {
         .join("\n");
     assert!(server.contains("max_payload: 8MB"), "{server}");
     let server = server.replace("max_payload: 8MB", &format!("max_payload: {MAX_PAYLOAD}"));
+    format!("{server}\n\n{}", users_conf(edit))
+}
+
+/// The passwords as config variables and deploy/nats-permissions.conf with `edit` applied,
+/// plus an unrestricted `admin` user the test observes with.
+fn users_conf(edit: impl Fn(String) -> String) -> String {
     let permissions = edit(deploy_file("nats-permissions.conf"));
     assert!(permissions.contains("users = ["), "{permissions}");
     let permissions = permissions.replacen(
@@ -61,7 +68,7 @@ fn server_conf(edit: impl Fn(String) -> String) -> String {
         1,
     );
     format!(
-        "{server}\n\nTOOLSTREAM_WORKER_PASSWORD: \"{WORKER_PW}\"\n\
+        "TOOLSTREAM_WORKER_PASSWORD: \"{WORKER_PW}\"\n\
          TOOLSTREAM_PRODUCER_PASSWORD: \"{PRODUCER_PW}\"\nTOOLSTREAM_UI_PASSWORD: \"{UI_PW}\"\n\n\
          {permissions}\n"
     )
@@ -404,7 +411,121 @@ async fn the_worker_needs_nothing_beyond_its_documented_permissions() {
     assert!(ui_refusals.all().is_empty(), "{:?}", ui_refusals.all());
 }
 
-/// Proves the run above exercises the watermark's read: the same backlog without
+/// The same permissions fit a plain server without the partition mapping, where one worker
+/// reads the whole input through one unfiltered consumer.
+#[tokio::test]
+async fn an_unpartitioned_worker_needs_nothing_beyond_the_same_permissions() {
+    let conf = format!("max_payload: {MAX_PAYLOAD}\n\n{}", users_conf(|p| p));
+    let server = NatsServer::start_with_config(&conf).expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let start = |extra: &[&str]| {
+        let mut args = vec![
+            "--user",
+            "toolstream-worker",
+            "--inbox-prefix",
+            WORKER_INBOX,
+        ];
+        args.extend_from_slice(extra);
+        Worker::start_with_env(
+            &server.url(),
+            &dir.path().join("data"),
+            &args,
+            &[("TOOLSTREAM_PASSWORD", WORKER_PW)],
+        )
+    };
+    let mut w = start(&[]);
+    w.wait_ready();
+    let (admin, _) = login(&server.url(), "admin", ADMIN_PW, "_INBOX_admin").await;
+    let js = jetstream::new(admin);
+    let (producer_client, producer_refusals) = login(
+        &server.url(),
+        "producer-acme",
+        PRODUCER_PW,
+        "_INBOX_producer-acme",
+    )
+    .await;
+    let producer = Producer::new(jetstream::new(producer_client));
+    let (ui, ui_refusals) = login(
+        &server.url(),
+        "toolstream-ui",
+        UI_PW,
+        "_INBOX_toolstream-ui",
+    )
+    .await;
+
+    producer
+        .openai_stream(CONV_A, "m1", &[call("call_a1", "x")])
+        .await;
+    producer
+        .result(CONV_A, "m1", 0, "call_a1", "result text")
+        .await;
+    producer
+        .chunk(CONV_A, "m2", "openai-chat", 0, b"this is not json")
+        .await;
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    events
+        .until(
+            WAIT,
+            "the call's result event",
+            |all| {
+                all.iter().any(|r| {
+                    r.json()["type"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .starts_with("tool_result.")
+                })
+            },
+            || w.log(),
+        )
+        .await;
+    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
+    dlq.until(WAIT, "the dead letter", |all| !all.is_empty(), || w.log())
+        .await;
+    let answer = ui
+        .request(format!("toolstream.query.message.{CONV_A}.m1"), "".into())
+        .await
+        .expect("message query answered");
+    assert!(String::from_utf8_lossy(&answer.payload).contains("call_a1"));
+
+    assert!(w.terminate(), "clean exit:\n{}", tail(&w.log(), 30));
+    let backlog: Vec<Call> = (0..40).map(|i| call(&format!("call_b{i}"), "y")).collect();
+    producer.openai_stream(CONV_A, "m3", &backlog).await;
+    let mut w = start(&["--batch-size", "1"]);
+    w.wait_ready();
+    events
+        .until(
+            WAIT,
+            "the backlog's message.completed",
+            |all| {
+                all.iter()
+                    .any(|r| r.subject.ends_with(".m3") && r.json()["type"] == "message.completed")
+            },
+            || w.log(),
+        )
+        .await;
+    assert!(w.terminate(), "clean exit:\n{}", tail(&w.log(), 30));
+
+    let log = w.log();
+    assert!(
+        worker_refusals(&log).is_empty(),
+        "{:#?}",
+        worker_refusals(&log)
+    );
+    let server_log = server.log();
+    let violations: Vec<&str> = server_log
+        .lines()
+        .filter(|l| l.to_lowercase().contains("violation"))
+        .collect();
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert!(
+        producer_refusals.all().is_empty(),
+        "{:?}",
+        producer_refusals.all()
+    );
+    assert!(ui_refusals.all().is_empty(), "{:?}", ui_refusals.all());
+}
+
+/// Proves the backlog runs above exercise the watermark's read: the same backlog without
 /// `$JS.API.STREAM.MSG.GET.TOOLSTREAM_IN` is refused, and the worker's log says so.
 #[tokio::test]
 async fn without_the_stream_msg_get_grant_the_backlog_run_is_refused() {
