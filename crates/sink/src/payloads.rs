@@ -199,6 +199,44 @@ impl Payloads {
     }
 }
 
+/// What a subscriber does with a `payload_ref`: reads the object and checks its size and
+/// SHA-256, so what it returns is exactly what the reference names (for an event: the whole
+/// event JSON).
+pub async fn fetch(js: &Context, reference: &PayloadRef) -> Result<Vec<u8>, PayloadError> {
+    use tokio::io::AsyncReadExt;
+    let err = |message: String| PayloadError::Object {
+        bucket: reference.bucket.clone(),
+        object: reference.object.clone(),
+        message,
+    };
+    let store = js
+        .get_object_store(&reference.bucket)
+        .await
+        .map_err(|e| PayloadError::Bucket {
+            bucket: reference.bucket.clone(),
+            message: e.to_string(),
+        })?;
+    let mut object = store
+        .get(&reference.object)
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let mut bytes = Vec::with_capacity(usize::try_from(reference.size).unwrap_or(0));
+    object
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    if bytes.len() as u64 != reference.size || hex(&sha256(&bytes)) != reference.sha256 {
+        return Err(err(format!(
+            "holds {} bytes with SHA-256 {}, not the {} bytes with SHA-256 {} referenced",
+            bytes.len(),
+            hex(&sha256(&bytes)),
+            reference.size,
+            reference.sha256
+        )));
+    }
+    Ok(bytes)
+}
+
 /// Size of a message with these headers (plus `Nats-Msg-Id: msg_id` when given) and a body of
 /// `body_len` bytes, as the server counts it against `max_payload`.
 pub fn wire_size(headers: &[(String, String)], msg_id: Option<&str>, body_len: usize) -> usize {

@@ -5,7 +5,9 @@
 //! `--from-start`, an ordered JetStream consumer on the events stream replays what is stored
 //! first, so nothing published before `tail` started is missed (the quickstart uses this).
 //! `--count N` exits successfully after N events; `--timeout D` bounds the wait (a failure if
-//! `--count` was not reached, success otherwise).
+//! `--count` was not reached, success otherwise). `--full` prints an event published by
+//! reference (`payload_ref`, too large for the server's `max_payload`) as the whole event
+//! fetched from the object store, size and SHA-256 checked.
 
 use anyhow::{bail, Context};
 use futures::StreamExt;
@@ -32,6 +34,10 @@ pub struct TailArgs {
     /// Give up after this long (`500ms`, `30s`, `2m`; a bare number is seconds).
     #[arg(long, value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
+    /// Print events published by reference (`payload_ref`) as the whole event, fetched from
+    /// the object store.
+    #[arg(long)]
+    pub full: bool,
 }
 
 /// Parses `500ms`, `30s`, `2m`, `1h` or bare seconds.
@@ -162,16 +168,34 @@ async fn run(args: &TailArgs) -> anyhow::Result<TailEnd> {
             },
             None => source.next().await,
         };
-        let payload = match next {
+        let mut payload = match next {
             Some(p) => p?,
             None => return Ok(TailEnd::Closed(seen)),
         };
+        if args.full {
+            if let Some(reference) = payload_ref(&payload) {
+                let js = async_nats::jetstream::new(client.clone());
+                payload = sink::payloads::fetch(&js, &reference)
+                    .await
+                    .with_context(|| format!("fetching the event behind {}", reference.object))?
+                    .into();
+            }
+        }
         let mut out = stdout.lock();
         out.write_all(&payload).context("writing to stdout")?;
         out.write_all(b"\n").context("writing to stdout")?;
         out.flush().context("writing to stdout")?;
         seen += 1;
     }
+}
+
+/// The `payload_ref` of an event published by reference.
+fn payload_ref(payload: &[u8]) -> Option<chunk_model::PayloadRef> {
+    #[derive(serde::Deserialize)]
+    struct Small {
+        payload_ref: Option<chunk_model::PayloadRef>,
+    }
+    serde_json::from_slice::<Small>(payload).ok()?.payload_ref
 }
 
 #[cfg(test)]
@@ -188,7 +212,22 @@ mod tests {
             from_start: false,
             count: None,
             timeout: None,
+            full: false,
         }
+    }
+
+    #[test]
+    fn only_events_published_by_reference_have_a_payload_ref() {
+        assert!(payload_ref(br#"{"type":"tool_call.completed"}"#).is_none());
+        assert!(payload_ref(b"not json").is_none());
+        let r = payload_ref(
+            br#"{"type":"tool_call.completed","payload_ref":{"bucket":"B","object":"ev_1","size":3,"sha256":"ab"}}"#,
+        )
+        .expect("a reference");
+        assert_eq!(
+            (r.bucket.as_str(), r.object.as_str(), r.size),
+            ("B", "ev_1", 3)
+        );
     }
 
     #[test]

@@ -368,6 +368,31 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].tool_call.raw_arguments, call.args.to_string());
 
+    // `toolstream tail --full` prints the whole events
+    let url = server.url();
+    let tailed = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(toolstream_bin())
+            .args(["tail", "--nats-url", &url, "--conversation", "cbig"])
+            .args(["--from-start", "--full", "--count", "3", "--timeout", "60s"])
+            .output()
+            .expect("run toolstream tail")
+    })
+    .await
+    .unwrap();
+    assert!(
+        tailed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tailed.stderr)
+    );
+    let lines: Vec<&[u8]> = tailed.stdout.split(|b| *b == b'\n').collect();
+    assert_eq!(
+        &lines[1],
+        &object.as_slice(),
+        "tail --full prints the stored event"
+    );
+    let printed: Event = serde_json::from_slice(lines[2]).expect("message.completed");
+    assert!(printed.payload_ref.is_none() && printed.calls.is_some());
+
     // the query answers by reference: the stored snapshot with the whole call
     let reply = client
         .request("toolstream.query.message.cbig.mbig", "".into())
