@@ -58,6 +58,17 @@ log "fault suite also uses $NATS_SERVER_CURRENT_BIN ($("$NATS_SERVER_CURRENT_BIN
 
 command -v cargo >/dev/null 2>&1 || die "cargo is missing: install a Rust toolchain (rustup) and re-run"
 
+# The TLS tests (crates/worker/tests/run_auth.rs) make their certificates with the openssl CLI.
+if ! command -v openssl >/dev/null 2>&1; then
+  log "openssl not found: installing it from the system packages (the TLS tests make certificates with it)"
+  command -v apt-get >/dev/null 2>&1 || die "openssl is missing and apt-get is not available; install openssl and re-run"
+  [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null 2>&1 || die "openssl is missing and installing it needs root (no sudo)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssl || die "apt-get install openssl failed"
+  command -v openssl >/dev/null 2>&1 || die "openssl still not found after installing it"
+fi
+
 log "cargo fmt --check"
 cargo fmt --all -- --check || die "code is not formatted: run 'cargo fmt --all'"
 
