@@ -88,6 +88,9 @@ pub struct Report {
     pub dead_letters_expected: usize,
     /// Events of an already checked workload that arrived after its check.
     pub late: usize,
+    /// Events and query answers published in their small form with `payload_ref` (too large
+    /// for the server's max_payload), compared after fetching the whole payload.
+    pub by_reference: usize,
     /// Whether every wait found every expected event (false: timed out or gave up).
     pub complete: bool,
     /// The first problems, described.
@@ -135,6 +138,7 @@ impl Report {
         self.dead_letters += other.dead_letters;
         self.dead_letters_expected += other.dead_letters_expected;
         self.late += other.late;
+        self.by_reference += other.by_reference;
         self.complete = if self.messages == other.messages {
             other.complete
         } else {
@@ -153,7 +157,7 @@ impl fmt::Display for Report {
             "{}: messages {}, events expected {}, events checked {}, lost {}, duplicated {}, \
              ghosts {}, mismatched {}, order violations {}, abandoned/invalid that should have \
              completed {}, abandoned {}, invalid {}, snapshot mismatches {}, dead letters {} \
-             (expected {}), late {}{}",
+             (expected {}), late {}, by reference {}{}",
             if self.ok() { "PASS" } else { "FAIL" },
             self.messages,
             self.events_expected,
@@ -170,6 +174,7 @@ impl fmt::Display for Report {
             self.dead_letters,
             self.dead_letters_expected,
             self.late,
+            self.by_reference,
             if self.complete {
                 ""
             } else {
@@ -243,6 +248,8 @@ pub struct Checker {
     checked_convs: BTreeSet<String>,
     /// Late arrivals, described.
     late: Vec<String>,
+    /// Payloads fetched through `payload_ref` since the last check.
+    by_reference: usize,
     /// Time each query may take, retries included.
     pub query_limit: Duration,
 }
@@ -278,6 +285,7 @@ impl Checker {
             checked_ids: BTreeSet::new(),
             checked_convs: BTreeSet::new(),
             late: Vec::new(),
+            by_reference: 0,
             query_limit: Duration::from_secs(60),
         }
     }
@@ -295,6 +303,12 @@ impl Checker {
                     ));
                     continue;
                 }
+            };
+            // an event too large for max_payload: its small form names the whole one; an
+            // unreadable reference leaves the small form, which then differs from the reference
+            let event = match self.resolve(&event).await {
+                Some(whole) => whole,
+                None => event,
             };
             let seen = Seen {
                 id: event["event_id"].as_str().unwrap_or_default().to_string(),
@@ -329,6 +343,15 @@ impl Checker {
             self.dead.push((conv, subject));
         }
         new
+    }
+
+    /// The whole payload a `payload_ref` names (fetched and checked), when `value` has one.
+    async fn resolve(&mut self, value: &Value) -> Option<Value> {
+        let reference: chunk_model::PayloadRef =
+            serde_json::from_value(value.get("payload_ref")?.clone()).ok()?;
+        let bytes = sink::payloads::fetch(&self.js, &reference).await.ok()?;
+        self.by_reference += 1;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// Events read so far for `reference`'s conversations that it expects, and the number of
@@ -543,6 +566,7 @@ impl Checker {
         for l in std::mem::take(&mut self.late) {
             report.note(l);
         }
+        report.by_reference = std::mem::take(&mut self.by_reference);
         self.checked_convs
             .extend(reference.conversations.iter().cloned());
         self.checked_ids.extend(mine.into_iter().map(|s| s.id));
@@ -566,7 +590,7 @@ impl Checker {
 
     /// A message query: `Ok(Some(snapshot))`, `Ok(None)` for 404, retried while the worker is
     /// away (no responders, timeouts, 5xx) up to [`Checker::query_limit`].
-    async fn query(&self, subject: &str) -> Result<Option<Value>, String> {
+    async fn query(&mut self, subject: &str) -> Result<Option<Value>, String> {
         let deadline = Instant::now() + self.query_limit;
         let mut last = String::new();
         while Instant::now() < deadline {
@@ -580,9 +604,17 @@ impl Checker {
                         .map(|v| v.as_str().to_string());
                     match code.as_deref() {
                         None => {
-                            return serde_json::from_slice(&reply.payload)
-                                .map(Some)
-                                .map_err(|e| format!("answer is not JSON: {e}"))
+                            let answer: Value = serde_json::from_slice(&reply.payload)
+                                .map_err(|e| format!("answer is not JSON: {e}"))?;
+                            if answer.get("payload_ref").is_some() {
+                                return match self.resolve(&answer).await {
+                                    Some(whole) => Ok(Some(whole)),
+                                    None => Err(format!(
+                                        "answer by reference could not be fetched: {answer}"
+                                    )),
+                                };
+                            }
+                            return Ok(Some(answer));
                         }
                         Some("404") => return Ok(None),
                         Some(other) => last = format!("service error {other}"),
