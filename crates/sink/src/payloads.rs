@@ -11,8 +11,8 @@
 //!   size>`, `Toolstream-Body-Sha256: <hex>`, and `Toolstream-Body-Ref: <bucket>/<object>`
 //!   when the whole body was stored (object `dlq_<sha256>`). A dead letter always exists: if
 //!   the bucket cannot take the body, the cut dead letter is published without the reference.
-//! - A **query reply** too large to send is stored as `query_<sha256>` and the reply is
-//!   `{"payload_ref": {…}}` instead ([`fit_reply`]).
+//! - A **query reply** too large to send is stored as `reply_<sha256 of the request>` and the
+//!   reply is `{"payload_ref": {…}}` instead ([`fit_reply`]).
 //!
 //! Sizes are checked the way the server checks them: headers (NATS wire form) plus body
 //! against `max_payload`, with [`SLACK`] bytes to spare.
@@ -319,13 +319,20 @@ pub async fn fit_dead_letter(
     (headers, cut)
 }
 
-/// A query reply that fits: unchanged when it does, else stored as `query_<sha256>` and
-/// replaced by `{"payload_ref":{…}}`.
-pub async fn fit_reply(payloads: &Payloads, body: Bytes) -> Result<Bytes, PayloadError> {
+/// A query reply that fits: unchanged when it does, else stored and replaced by
+/// `{"payload_ref":{…}}`. The object is named by the request (`reply_<sha256 of request>`,
+/// e.g. subject and body), so asking again replaces it instead of adding one more, and an
+/// unchanged reply is not written again; a reader that fetches a reply replaced meanwhile sees
+/// a size/SHA-256 mismatch and asks again.
+pub async fn fit_reply(
+    payloads: &Payloads,
+    request: &[u8],
+    body: Bytes,
+) -> Result<Bytes, PayloadError> {
     if fits(&[], None, body.len(), payloads.max_payload()) {
         return Ok(body);
     }
-    let object = format!("query_{}", hex(&sha256(&body)));
+    let object = format!("reply_{}", hex(&sha256(request)));
     let (reference, _) = payloads.put(&object, &body).await?;
     let reply = serde_json::json!({ "payload_ref": reference });
     Ok(Bytes::from(reply.to_string()))

@@ -18,9 +18,11 @@
 //!
 //! A reply larger than the server's `max_payload` (e.g. the snapshot of a message with a
 //! 1 MiB argument, which a snapshot carries twice) is stored in the payload bucket as
-//! `query_<sha256>` and the reply is `{"payload_ref":{"bucket","object","size","sha256"}}`
-//! instead: fetch the object for the whole reply (`sink::payloads::fit_reply`). If it cannot
-//! be stored the request gets a 500 service error saying so, never silence.
+//! `reply_<sha256 of subject and request body>` (one object per distinct request, replaced
+//! when the answer changes) and the reply is `{"payload_ref":{"bucket","object","size",
+//! "sha256"}}` instead: fetch the object for the whole reply (`sink::payloads::fit_reply`);
+//! a size/SHA-256 mismatch means the answer changed meanwhile: ask again. If it cannot be
+//! stored the request gets a 500 service error saying so, never silence.
 //!
 //! Shutdown: [`serve`] takes a `tokio::sync::watch::Receiver<bool>`; it stops the service when
 //! the value becomes `true` (or the sender is dropped), then lets requests in flight finish
@@ -167,15 +169,22 @@ pub async fn serve(
         let payloads = payloads.clone();
         in_flight.spawn(async move {
             let subject = request.message.subject.to_string();
-            let answer = match answer(kind, &prefix, &subject, &request.message.payload, store)
-                .await
-            {
-                // too large for max_payload: stored, answered by reference
-                Ok(body) => sink::payloads::fit_reply(&payloads, body)
-                    .await
-                    .map_err(|e| QueryError::Render(format!("reply larger than max_payload: {e}"))),
-                Err(e) => Err(e),
-            };
+            let answer =
+                match answer(kind, &prefix, &subject, &request.message.payload, store).await {
+                    // too large for max_payload: stored, answered by reference
+                    Ok(body) => {
+                        // the object is named by the request: subject, NUL, body
+                        let mut key = subject.as_bytes().to_vec();
+                        key.push(0);
+                        key.extend_from_slice(&request.message.payload);
+                        sink::payloads::fit_reply(&payloads, &key, body)
+                            .await
+                            .map_err(|e| {
+                                QueryError::Render(format!("reply larger than max_payload: {e}"))
+                            })
+                    }
+                    Err(e) => Err(e),
+                };
             let response = match answer {
                 Ok(body) => Ok(body),
                 Err(err) => {

@@ -408,8 +408,9 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
         reply.headers
     );
     let reply: Value = serde_json::from_slice(&reply.payload).expect("reply JSON");
+    let message_ref = reply["payload_ref"].clone();
     let snapshot: MessageSnapshot =
-        serde_json::from_slice(&fetch_ref(&js, &reply["payload_ref"]).await).expect("snapshot");
+        serde_json::from_slice(&fetch_ref(&js, &message_ref).await).expect("snapshot");
     assert_eq!(snapshot.calls.len(), 1);
     assert_eq!(
         snapshot.calls[0].tool_call.raw_arguments,
@@ -435,6 +436,23 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
             .to_string()
             .contains(&serde_json::to_string(&call.args.to_string()).unwrap()),
         "the history renders the whole arguments"
+    );
+    // asking again reuses the reply's object: one object per distinct request, not per ask
+    let again = client
+        .request("toolstream.query.message.cbig.mbig", "".into())
+        .await
+        .expect("query reply");
+    let again: Value = serde_json::from_slice(&again.payload).expect("reply JSON");
+    assert_eq!(again["payload_ref"], message_ref);
+    let mut objects = 0;
+    let mut list = bucket(&js).await.list().await.expect("list");
+    while let Some(info) = futures::StreamExt::next(&mut list).await {
+        info.expect("object info");
+        objects += 1;
+    }
+    assert_eq!(
+        objects, 4,
+        "two events, one message reply, one history reply"
     );
     // a small message's query still answers inline
     let reply = client
