@@ -46,20 +46,7 @@ pub async fn options(
         opts = opts.user_and_password(user.clone(), password.clone());
     }
     if let Some(path) = &a.nkey_seed_file {
-        let seed = std::fs::read_to_string(path)
-            .with_context(|| format!("auth.nkey_seed_file {}", path.display()))?;
-        let seed = seed
-            .lines()
-            .map(str::trim)
-            .find(|l| l.starts_with("SU"))
-            .with_context(|| {
-                format!(
-                    "auth.nkey_seed_file {}: no user seed (a line starting with SU)",
-                    path.display()
-                )
-            })?
-            .to_string();
-        opts = opts.nkey(seed);
+        opts = opts.nkey(read_user_seed(path).context("auth.nkey_seed_file")?);
     }
     let t = &config.tls;
     if t.required {
@@ -93,6 +80,16 @@ pub async fn options(
             }
             async {}
         }))
+}
+
+/// The user nkey seed (the line starting with `SU`) of a seed file.
+pub fn read_user_seed(path: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("SU"))
+        .map(str::to_string)
+        .with_context(|| format!("{}: no user seed (a line starting with SU)", path.display()))
 }
 
 fn log_event(event: &Event) {

@@ -374,6 +374,7 @@ mod tests {
             client: crate::client_args::ClientArgs {
                 nats_url: String::new(),
                 subject_prefix: "ts".into(),
+                auth: Default::default(),
             },
             provider: None,
             conversation: conv.into(),

@@ -207,6 +207,7 @@ mod tests {
             client: crate::client_args::ClientArgs {
                 nats_url: String::new(),
                 subject_prefix: "toolstream".into(),
+                auth: Default::default(),
             },
             conversation: conv.map(String::from),
             from_start: false,

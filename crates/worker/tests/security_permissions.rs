@@ -829,3 +829,68 @@ async fn only_the_worker_reads_its_inbox_and_a_ui_publishes_nothing_but_queries(
         .expect("producer subscribe", &format!("{WORKER_INBOX}.>"))
         .await;
 }
+
+/// `toolstream publish` as the tenant's producer user.
+fn publish_as_producer(d: &Deployed, conv: &str) -> std::process::Output {
+    let recording = toolstream_testkit::recordings_dir().join("openai-chat/parallel_calls.sse");
+    let mut cmd = std::process::Command::new(toolstream_bin());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TOOLSTREAM_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(["publish", "--nats-url", &d.server.url()])
+        .args([
+            "--user",
+            "producer-acme",
+            "--inbox-prefix",
+            "_INBOX_producer-acme",
+        ])
+        .args(["--conversation", conv, "--message", "m1"])
+        .arg(&recording)
+        .env("TOOLSTREAM_PASSWORD", PRODUCER_PW)
+        .output()
+        .expect("run toolstream publish")
+}
+
+#[tokio::test]
+async fn the_publish_command_works_as_a_tenant_producer_and_is_refused_another_conversation() {
+    let d = deploy(|p| p).await;
+    let mut w = d.worker(&[]);
+    w.wait_ready();
+    let own = publish_as_producer(&d, CONV_A);
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+    let js = d.admin_js();
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    events
+        .until(
+            WAIT,
+            "the published recording's message.completed",
+            |all| all.iter().any(|r| r.json()["type"] == "message.completed"),
+            || w.log(),
+        )
+        .await;
+
+    let other = publish_as_producer(&d, &d.conv_b);
+    assert!(
+        !other.status.success(),
+        "publishing another conversation must fail: {}",
+        String::from_utf8_lossy(&other.stdout)
+    );
+    let mut input = StreamLog::new(&js, "TOOLSTREAM_IN");
+    input.poll().await;
+    assert!(
+        input.all.iter().all(|r| r.subject.contains(CONV_A)),
+        "{:?}",
+        input.all.iter().map(|r| &r.subject).collect::<Vec<_>>()
+    );
+    assert!(d
+        .server_violations()
+        .iter()
+        .any(|l| l.contains(&format!("chunks.{}.m1", d.conv_b))));
+    assert!(w.terminate());
+}
