@@ -18,8 +18,8 @@ use std::path::Path;
 pub enum Private {
     /// It did not exist and was created `0700`.
     Created,
-    /// It existed and was already private.
-    AlreadyPrivate,
+    /// It existed and was already private (nothing changed).
+    Unchanged,
     /// It existed with this mode (group/other bits set) and is `0700` now.
     Tightened {
         /// The permission bits it had.
@@ -36,7 +36,7 @@ pub enum Private {
 pub fn ensure_private(dir: &Path) -> anyhow::Result<Private> {
     let outcome = imp::ensure_private(dir)?;
     match outcome {
-        Private::Created | Private::AlreadyPrivate => {}
+        Private::Created | Private::Unchanged => {}
         Private::Tightened { was } => tracing::warn!(
             dir = %dir.display(),
             was = %format!("{was:04o}"),
@@ -70,7 +70,7 @@ mod imp {
                 }
                 let mode = meta.permissions().mode() & 0o7777;
                 if mode & OPEN_BITS == 0 {
-                    return Ok(Private::AlreadyPrivate);
+                    return Ok(Private::Unchanged);
                 }
                 let private = std::fs::Permissions::from_mode((mode & !OPEN_BITS) | 0o700);
                 match std::fs::set_permissions(dir, private) {
@@ -100,7 +100,7 @@ mod imp {
 
     pub(super) fn ensure_private(dir: &Path) -> anyhow::Result<Private> {
         if dir.is_dir() {
-            return Ok(Private::AlreadyPrivate);
+            return Ok(Private::Unchanged);
         }
         std::fs::create_dir_all(dir)
             .with_context(|| format!("create data directory {}", dir.display()))?;
@@ -124,7 +124,7 @@ mod tests {
         assert_eq!(ensure_private(&dir).unwrap(), Private::Created);
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&t.path().join("a")), 0o700);
-        assert_eq!(ensure_private(&dir).unwrap(), Private::AlreadyPrivate);
+        assert_eq!(ensure_private(&dir).unwrap(), Private::Unchanged);
     }
 
     #[test]
