@@ -1,5 +1,6 @@
 //! Canonical tool calls and tool results: what consumers see, whatever the provider.
 
+use crate::depth::{json_deeper_than, MAX_ARGUMENT_DEPTH};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -109,13 +110,51 @@ pub struct CallOutcome {
     pub tool_call: ToolCall,
 }
 
+/// Why argument text is not acceptable arguments.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgumentsError {
+    /// Not valid JSON (reason `invalid_json`).
+    #[error("arguments are not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Valid or not, nested deeper than [`MAX_ARGUMENT_DEPTH`] levels (reason
+    /// `argument_depth`): such arguments could not be republished inside events, stored
+    /// records or history requests that every serde_json reader (127 levels) can read back.
+    #[error("arguments nested deeper than {limit} levels (recursion limit)")]
+    TooDeep {
+        /// The limit ([`MAX_ARGUMENT_DEPTH`]).
+        limit: usize,
+    },
+}
+
+impl ArgumentsError {
+    /// The call's reason when it ends `invalid` for this: `invalid_json` or `argument_depth`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ArgumentsError::Json(_) => INVALID_JSON,
+            ArgumentsError::TooDeep { .. } => ARGUMENT_DEPTH,
+        }
+    }
+}
+
+/// Reason of a call whose argument text is not valid JSON.
+pub const INVALID_JSON: &str = "invalid_json";
+/// Reason of a call whose arguments nest deeper than [`MAX_ARGUMENT_DEPTH`].
+pub const ARGUMENT_DEPTH: &str = "argument_depth";
+
 /// Parses assembled argument text into JSON per the completion rules: `""` (or only
-/// whitespace) on a properly ended call means `{}`; anything else must parse completely.
-pub fn parse_arguments(raw: &str) -> Result<Value, serde_json::Error> {
+/// whitespace) on a properly ended call means `{}`; anything else must parse completely, and
+/// nest at most [`MAX_ARGUMENT_DEPTH`] (64) levels deep (checked on the text before parsing,
+/// so no depth of input can exhaust the stack here or where the value is later serialized).
+pub fn parse_arguments(raw: &str) -> Result<Value, ArgumentsError> {
     if raw.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
-    serde_json::from_str(raw)
+    if json_deeper_than(raw.as_bytes(), MAX_ARGUMENT_DEPTH) {
+        return Err(ArgumentsError::TooDeep {
+            limit: MAX_ARGUMENT_DEPTH,
+        });
+    }
+    Ok(serde_json::from_str(raw)?)
 }
 
 #[cfg(test)]
@@ -126,6 +165,36 @@ mod tests {
     fn empty_arguments_on_an_ended_call_mean_an_empty_object() {
         assert_eq!(parse_arguments("").unwrap(), serde_json::json!({}));
         assert_eq!(parse_arguments("  \n").unwrap(), serde_json::json!({}));
+    }
+
+    fn nested(levels: usize) -> String {
+        format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    #[test]
+    fn arguments_up_to_the_depth_limit_parse() {
+        let v = parse_arguments(&nested(MAX_ARGUMENT_DEPTH)).unwrap();
+        assert_eq!(crate::depth::value_depth(&v), MAX_ARGUMENT_DEPTH);
+    }
+
+    #[test]
+    fn arguments_100000_levels_deep_are_refused_as_too_deep_not_a_stack_overflow() {
+        let reason = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(|| {
+                for text in [nested(100_000), "[".repeat(100_000), nested(65)] {
+                    let err = parse_arguments(&text).unwrap_err();
+                    assert!(
+                        matches!(err, ArgumentsError::TooDeep { limit: 64 }),
+                        "{err}"
+                    );
+                }
+                parse_arguments(&nested(100_000)).unwrap_err().reason()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(reason, ARGUMENT_DEPTH);
     }
 
     #[test]

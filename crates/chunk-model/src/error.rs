@@ -30,6 +30,17 @@ pub enum DecodeError {
         /// The start of the input.
         excerpt: String,
     },
+    /// The JSON nests arrays/objects deeper than [`crate::depth::MAX_JSON_DEPTH`] levels
+    /// (checked before parsing, wherever the deep part is).
+    #[error("{provider}: JSON nested deeper than {limit} levels (recursion limit): {excerpt:?}")]
+    TooDeep {
+        /// Which decoder.
+        provider: Provider,
+        /// The limit it is over.
+        limit: usize,
+        /// The start of the input.
+        excerpt: String,
+    },
     /// A tool-result message in none of the accepted shapes.
     #[error("tool result: {problem}: {excerpt:?}")]
     BadResult {
@@ -44,18 +55,32 @@ impl DecodeError {
     /// The decoder that raised it, if any.
     pub fn provider(&self) -> Option<Provider> {
         match self {
-            DecodeError::NotJson { provider, .. } | DecodeError::BadField { provider, .. } => {
-                Some(*provider)
-            }
+            DecodeError::NotJson { provider, .. }
+            | DecodeError::BadField { provider, .. }
+            | DecodeError::TooDeep { provider, .. } => Some(*provider),
             DecodeError::BadResult { .. } => None,
         }
     }
 
-    /// Builds a [`DecodeError::NotJson`].
+    /// Builds the error for input serde_json could not parse: [`DecodeError::TooDeep`] for
+    /// its recursion limit, else [`DecodeError::NotJson`] whose detail says what is wrong
+    /// (see [`json_problem`]).
     pub fn not_json(provider: Provider, err: &serde_json::Error, input: &[u8]) -> DecodeError {
-        DecodeError::NotJson {
+        match json_problem(err, input) {
+            JsonProblem::TooDeep => DecodeError::too_deep(provider, input),
+            JsonProblem::Other(detail) => DecodeError::NotJson {
+                provider,
+                detail,
+                excerpt: excerpt(input),
+            },
+        }
+    }
+
+    /// Builds a [`DecodeError::TooDeep`] at [`crate::depth::MAX_JSON_DEPTH`].
+    pub fn too_deep(provider: Provider, input: &[u8]) -> DecodeError {
+        DecodeError::TooDeep {
             provider,
-            detail: err.to_string(),
+            limit: crate::depth::MAX_JSON_DEPTH,
             excerpt: excerpt(input),
         }
     }
@@ -74,6 +99,39 @@ impl DecodeError {
             excerpt: excerpt(input),
         }
     }
+}
+
+/// What is wrong with input serde_json refused, in words a producer can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JsonProblem {
+    /// Over serde_json's recursion limit ([`crate::depth::MAX_JSON_DEPTH`]).
+    TooDeep,
+    /// Anything else: `empty`, `not UTF-8 (invalid byte 0xFF at offset 9)`, `truncated (EOF
+    /// while parsing a string at line 1 column 95)`, or serde_json's own message.
+    Other(String),
+}
+
+/// Classifies a serde_json error on `input`. Only called on the error path, so good input
+/// pays nothing for it.
+pub fn json_problem(err: &serde_json::Error, input: &[u8]) -> JsonProblem {
+    if input.trim_ascii().is_empty() {
+        return JsonProblem::Other("empty".to_string());
+    }
+    let message = err.to_string();
+    if message.starts_with("recursion limit exceeded") {
+        return JsonProblem::TooDeep;
+    }
+    if let Err(bad) = std::str::from_utf8(input) {
+        let offset = bad.valid_up_to();
+        let byte = input.get(offset).copied().unwrap_or_default();
+        return JsonProblem::Other(format!(
+            "not UTF-8: invalid byte 0x{byte:02X} at offset {offset}"
+        ));
+    }
+    if err.is_eof() {
+        return JsonProblem::Other(format!("truncated: {message}"));
+    }
+    JsonProblem::Other(message)
 }
 
 /// The first [`EXCERPT_CHARS`] characters of `input`, lossily decoded, cut on a char boundary.

@@ -11,6 +11,8 @@
 //! - [`event`] — the output contract: [`Event`], [`EventType`], deterministic event ids.
 //! - [`decode`] — one file per provider: raw chunk bytes → `Vec<ChunkEvent>`; tool results;
 //!   provider detection.
+//! - [`depth`] — nesting bounds (input JSON, arguments, metadata): no input drives an
+//!   unbounded recursion.
 //! - [`partial_args`] — rebuilds arguments from structured pieces (Vertex `partialArgs`).
 //! - [`framing`] — splits a recorded stream (SSE or NDJSON, detected) into chunk bodies.
 //! - [`encode`] — renders stored calls and results back into each provider's request format,
@@ -26,6 +28,7 @@
 pub mod call;
 pub mod chunk;
 pub mod decode;
+pub mod depth;
 pub mod encode;
 pub mod error;
 pub mod event;
@@ -35,7 +38,9 @@ pub mod partial_args;
 pub mod provider;
 pub mod snapshot;
 
-pub use call::{parse_arguments, CallOutcome, CallStatus, ResultInput, ToolCall, ToolResult};
+pub use call::{
+    parse_arguments, ArgumentsError, CallOutcome, CallStatus, ResultInput, ToolCall, ToolResult,
+};
 pub use chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue};
 pub use decode::{decode, decode_result, detect_provider};
 pub use error::DecodeError;

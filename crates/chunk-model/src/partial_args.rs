@@ -13,9 +13,16 @@
 //!   the same path, or when the last piece at that path said it continues; otherwise a
 //!   piece replaces the value at its path;
 //! - an array index past the end pads the gap with `null` (tolerant of skipped elements), up
-//!   to [`MAX_INDEX_GAP`] missing elements.
+//!   to [`MAX_INDEX_GAP`] missing elements;
+//! - a piece may not make the arguments deeper than
+//!   [`MAX_ARGUMENT_DEPTH`](crate::depth::MAX_ARGUMENT_DEPTH) (64) levels: its path's
+//!   segments plus its value's own depth. A deeper piece is [`PartialArgsError::BadPath`]
+//!   (`... (recursion limit)`), so no path, however long, builds a value whose serialization
+//!   or drop could exhaust the stack.
 
 use crate::chunk::PathValue;
+use crate::depth::{value_depth, MAX_ARGUMENT_DEPTH};
+use crate::error::excerpt;
 use serde_json::{Map, Value};
 
 /// Largest gap of missing array elements padded with `null`; a larger index is refused so a
@@ -61,6 +68,9 @@ pub fn build(pieces: &[PathValue]) -> Result<Value, PartialArgsError> {
     let mut continuing: Vec<Vec<Segment>> = Vec::new();
     for piece in pieces {
         let segments = parse_path(&piece.path)?;
+        if segments.len() + value_depth(&piece.value) > MAX_ARGUMENT_DEPTH {
+            return Err(too_deep(&piece.path));
+        }
         let is_continuation =
             previous.as_ref() == Some(&segments) || continuing.contains(&segments);
         let slot = slot_at(&mut root, &segments, &piece.path)?;
@@ -138,9 +148,16 @@ fn slot_at<'v>(
     Ok(node)
 }
 
+fn too_deep(path: &str) -> PartialArgsError {
+    PartialArgsError::BadPath {
+        path: excerpt(path.as_bytes()),
+        problem: format!("nests deeper than {MAX_ARGUMENT_DEPTH} levels (recursion limit)"),
+    }
+}
+
 fn conflict(path: &str, problem: &str) -> PartialArgsError {
     PartialArgsError::Conflict {
-        path: path.to_string(),
+        path: excerpt(path.as_bytes()),
         problem: problem.to_string(),
     }
 }
@@ -160,7 +177,7 @@ fn kind(value: &Value) -> &'static str {
 /// `["name"]` (quoted names may escape their quote and backslash).
 fn parse_path(path: &str) -> Result<Vec<Segment>, PartialArgsError> {
     let bad = |problem: &str| PartialArgsError::BadPath {
-        path: path.to_string(),
+        path: excerpt(path.as_bytes()),
         problem: problem.to_string(),
     };
     let trimmed = path.trim();
@@ -170,6 +187,10 @@ fn parse_path(path: &str) -> Result<Vec<Segment>, PartialArgsError> {
     }
     let mut segments = Vec::new();
     while let Some(c) = chars.next() {
+        if segments.len() >= MAX_ARGUMENT_DEPTH {
+            // Already too deep for any value: stop before reading the rest of the path.
+            return Err(too_deep(path));
+        }
         match c {
             '.' => {
                 let mut name = String::new();
@@ -335,6 +356,58 @@ mod tests {
             build(&pieces),
             Err(PartialArgsError::Conflict { .. })
         ));
+    }
+
+    fn deep_path(levels: usize) -> String {
+        format!("${}", ".a".repeat(levels))
+    }
+
+    fn on_a_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_partial_args_path_100000_levels_deep_is_refused_not_a_stack_overflow() {
+        let err = on_a_small_stack(|| {
+            let pieces = [piece(&deep_path(100_000), json!("x"), false)];
+            (
+                build(&pieces).unwrap_err(),
+                build_text(&pieces).unwrap_err(),
+            )
+        });
+        for e in [err.0, err.1] {
+            assert!(
+                matches!(&e, PartialArgsError::BadPath { problem, path }
+                    if problem.contains("recursion limit") && path.len() < 200),
+                "{e}"
+            );
+        }
+        let brackets = format!("${}", "[0]".repeat(100_000));
+        let e = on_a_small_stack(move || build(&[piece(&brackets, json!(1), false)]));
+        assert!(matches!(e, Err(PartialArgsError::BadPath { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn a_path_as_deep_as_the_limit_builds_and_one_level_more_is_refused() {
+        let ok = build(&[piece(&deep_path(MAX_ARGUMENT_DEPTH), json!(1), false)]).unwrap();
+        assert_eq!(value_depth(&ok), MAX_ARGUMENT_DEPTH);
+        assert!(build(&[piece(&deep_path(MAX_ARGUMENT_DEPTH + 1), json!(1), false)]).is_err());
+        // the value's own depth counts too
+        let ten = serde_json::from_str::<Value>(&format!("{}{}", "[".repeat(10), "]".repeat(10)))
+            .unwrap();
+        let fits = [piece(
+            &deep_path(MAX_ARGUMENT_DEPTH - 10),
+            ten.clone(),
+            false,
+        )];
+        assert_eq!(value_depth(&build(&fits).unwrap()), MAX_ARGUMENT_DEPTH);
+        let over = [piece(&deep_path(MAX_ARGUMENT_DEPTH - 9), ten, false)];
+        assert!(build(&over).is_err());
     }
 
     #[test]

@@ -254,10 +254,10 @@ proptest! {
 
 #[test]
 fn deeply_nested_arguments_survive_every_format() {
-    // 100 levels: deep, but under serde_json's parse recursion limit (128), which is also what
-    // the decoders parse with; deeper arguments could not have been stored as `completed`.
+    // MAX_ARGUMENT_DEPTH (64) levels, the deepest arguments a call can complete with (the
+    // leaf object, 62 levels, the top object); deeper ones end `invalid` (`argument_depth`).
     let mut v = json!({"leaf": "ü\"\\\n\u{0}😀"});
-    for i in 0..100 {
+    for i in 0..(chunk_model::depth::MAX_ARGUMENT_DEPTH - 2) {
         v = if i % 2 == 0 {
             json!([v])
         } else {

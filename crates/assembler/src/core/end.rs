@@ -8,7 +8,8 @@ use chunk_model::{parse_arguments, partial_args, CallStatus, Event, EventType};
 /// How a call ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndHow {
-    /// An authoritative normal end: valid JSON → `completed`, else `invalid` (`invalid_json`).
+    /// An authoritative normal end: valid JSON → `completed`, else `invalid` (`invalid_json`,
+    /// or `argument_depth` for arguments nested deeper than 64 levels).
     Judge,
     /// Cut off (token limit): `invalid` with this reason, raw text kept.
     Invalid(String),
@@ -20,6 +21,10 @@ pub enum EndHow {
 
 /// Reason of a call that ended before its name was known.
 pub const NO_NAME: &str = "no_name";
+
+/// Reason of a call whose structured argument pieces do not build arguments (bad or too
+/// deep path, conflicting pieces).
+pub const INVALID_PARTIAL_ARGS: &str = "invalid_partial_args";
 
 /// Ends the call at `pos` (no-op if it is already terminal), emitting `tool_call.started` first
 /// when its name is known and it was not emitted yet, then the terminal event.
@@ -90,12 +95,7 @@ fn judge(msg: &mut MessageState, pos: usize, out: &mut StepOutput) -> (CallStatu
                 call.pieces = 1;
                 call.args = text;
             }
-            Err(_) => {
-                return (
-                    CallStatus::Invalid,
-                    Some("invalid_partial_args".to_string()),
-                )
-            }
+            Err(_) => return (CallStatus::Invalid, Some(INVALID_PARTIAL_ARGS.to_string())),
         }
     }
     match parse_arguments(&call.args) {
@@ -103,7 +103,8 @@ fn judge(msg: &mut MessageState, pos: usize, out: &mut StepOutput) -> (CallStatu
             call.arguments = value;
             (CallStatus::Completed, None)
         }
-        Err(_) => (CallStatus::Invalid, Some("invalid_json".to_string())),
+        // `invalid_json`, or `argument_depth` past chunk_model's MAX_ARGUMENT_DEPTH (64).
+        Err(e) => (CallStatus::Invalid, Some(e.reason().to_string())),
     }
 }
 

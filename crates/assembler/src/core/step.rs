@@ -13,9 +13,10 @@
 //! reported in [`StepOutput::after_end`] so the store can dead-letter its input instead of
 //! dropping it without a trace.
 
-use super::end::{emit_started, end_call, end_message, EndHow};
+use super::end::{emit_started, end_call, end_message, EndHow, INVALID_PARTIAL_ARGS};
 use super::state::{CallState, Limits, MessageState};
 use crate::input::Control;
+use chunk_model::depth::{value_depth, MAX_ARGUMENT_DEPTH};
 use chunk_model::{CallEnd, CallFragment, CallRef, ChunkEvent, Event, Finish, ResultInput};
 use serde_json::{Map, Value};
 
@@ -286,6 +287,17 @@ fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut 
         call.pieces += 1;
     }
     for pv in f.path_values {
+        // Serializing a value recurses once per level: one deeper than any acceptable
+        // argument value is refused before it is stored (decoders only send scalars).
+        if value_depth(&pv.value) > MAX_ARGUMENT_DEPTH {
+            end_call(
+                msg,
+                pos,
+                EndHow::Invalid(INVALID_PARTIAL_ARGS.to_string()),
+                out,
+            );
+            return;
+        }
         let json = serde_json::to_string(&pv).unwrap_or_default();
         if call.args.len() + call.path_bytes + json.len() > limits.max_argument_bytes {
             end_call(msg, pos, EndHow::Limit("argument_limit".to_string()), out);

@@ -20,6 +20,7 @@
 //! ([`Loose`], [`JsonText`], [`FinishReason`]) and checked only by the part types that need
 //! it: a `finish` part's `usage` or a `tool-call` part's `providerExecuted` of any shape never
 //! fails a chunk; a non-string `toolCallId` on a tool part still does, naming the field.
+//! `providerMetadata` nested deeper than [`MAX_ARGUMENT_DEPTH`] levels is not kept.
 
 use crate::call::{ResultInput, ToolResult};
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
@@ -27,6 +28,7 @@ use crate::decode::gemini::THOUGHT_SIGNATURE;
 use crate::decode::lenient::{FinishReason, Loose};
 use crate::decode::text::{provider_message, shorten, JsonText, Text};
 use crate::decode::typed::parse_typed_event;
+use crate::depth::{value_depth, MAX_ARGUMENT_DEPTH};
 use crate::error::DecodeError;
 use crate::provider::Provider;
 use serde::Deserialize;
@@ -137,7 +139,11 @@ impl Part<'_> {
             if let Some(sig) = signature {
                 map.insert(THOUGHT_SIGNATURE.to_string(), sig);
             }
-            map.insert("providerMetadata".to_string(), meta);
+            // Not needed, so never an error: metadata deeper than the bound for kept values
+            // is not kept (it could not be republished in events and records readable back).
+            if value_depth(&meta) <= MAX_ARGUMENT_DEPTH {
+                map.insert("providerMetadata".to_string(), meta);
+            }
         }
         map
     }

@@ -45,6 +45,7 @@ use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue
 use crate::decode::lenient::{opt_flag, opt_number, opt_object, FinishReason, Loose};
 use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
 use crate::decode::typed::parse;
+use crate::depth::{json_deeper_than, MAX_JSON_DEPTH};
 use crate::error::DecodeError;
 use crate::framing::{self, Framing};
 use crate::provider::Provider;
@@ -143,6 +144,9 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
         let response: Response<'_> = parse(Provider::Gemini, chunk)?;
         decode_response(response, "", chunk, &mut out)?;
         return Ok(out);
+    }
+    if json_deeper_than(chunk, MAX_JSON_DEPTH) {
+        return Err(DecodeError::too_deep(Provider::Gemini, chunk));
     }
     // A whole non-SSE stream: split the array into its elements (exact bytes), decode each.
     let elements = match framing::split_as(Framing::JsonArray, chunk) {

@@ -19,16 +19,29 @@
 
 use crate::call::{ResultInput, ToolResult};
 use crate::decode::lenient::Loose;
-use crate::error::{excerpt, DecodeError};
+use crate::depth::{json_deeper_than, MAX_JSON_DEPTH};
+use crate::error::{excerpt, json_problem, DecodeError, JsonProblem};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Decodes one message from `toolstream.results.<conv>.<msg>`.
+///
+/// A body that is not a usable JSON message is [`DecodeError::BadResult`] saying why: `empty
+/// body`, `not valid JSON (not UTF-8: …)`, `not valid JSON (truncated: …)`, `JSON nested
+/// deeper than 127 levels (recursion limit)` ([`MAX_JSON_DEPTH`]), `expected a JSON object
+/// (or an array of objects), found a number`.
 pub fn decode_result(body: &[u8]) -> Result<Vec<ResultInput>, DecodeError> {
+    let trimmed = body.trim_ascii();
+    if trimmed.is_empty() {
+        return Err(bad(body, "empty body: expected a tool result JSON object"));
+    }
+    if json_deeper_than(trimmed, MAX_JSON_DEPTH) {
+        return Err(bad(body, too_deep()));
+    }
     let value: Value =
-        serde_json::from_slice(body.trim_ascii()).map_err(|e| DecodeError::BadResult {
-            problem: format!("not valid JSON ({e})"),
-            excerpt: excerpt(body),
+        serde_json::from_slice(trimmed).map_err(|e| match json_problem(&e, trimmed) {
+            JsonProblem::TooDeep => bad(body, too_deep()),
+            JsonProblem::Other(detail) => bad(body, format!("not valid JSON ({detail})")),
         })?;
     let mut out = Vec::new();
     match &value {
@@ -45,6 +58,10 @@ pub fn decode_result(body: &[u8]) -> Result<Vec<ResultInput>, DecodeError> {
     Ok(out)
 }
 
+fn too_deep() -> String {
+    format!("JSON nested deeper than {MAX_JSON_DEPTH} levels (recursion limit)")
+}
+
 fn bad(body: &[u8], problem: impl Into<String>) -> DecodeError {
     DecodeError::BadResult {
         problem: problem.into(),
@@ -54,7 +71,13 @@ fn bad(body: &[u8], problem: impl Into<String>) -> DecodeError {
 
 fn decode_one(value: &Value, body: &[u8], out: &mut Vec<ResultInput>) -> Result<(), DecodeError> {
     let Some(obj) = value.as_object() else {
-        return Err(bad(body, "expected a JSON object (or an array of objects)"));
+        return Err(bad(
+            body,
+            format!(
+                "expected a JSON object (or an array of objects), found {}",
+                value_kind(value)
+            ),
+        ));
     };
     let role = obj.get("role").and_then(Value::as_str);
     let ty = obj.get("type").and_then(Value::as_str);
@@ -154,6 +177,17 @@ fn is_error(obj: &Map<String, Value>, key: &str, body: &[u8]) -> Result<bool, De
         None => Ok(false),
         Some(Ok(Ok(flag))) => Ok(flag.unwrap_or(false)),
         Some(_) => Err(bad(body, format!("`{key}` must be a boolean"))),
+    }
+}
+
+fn value_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 

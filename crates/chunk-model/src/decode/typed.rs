@@ -2,6 +2,7 @@
 //! into borrowed structs; only when it fails is the chunk parsed again to say *where*
 //! (the JSON path of the offending field), so diagnostics cost nothing on good input.
 
+use crate::depth::{json_deeper_than, MAX_JSON_DEPTH};
 use crate::error::DecodeError;
 use crate::provider::Provider;
 use serde::Deserialize;
@@ -16,9 +17,14 @@ pub fn parse<'a, T: Deserialize<'a>>(
     serde_json::from_slice::<T>(chunk).map_err(|e| diagnose::<T>(provider, chunk, &e))
 }
 
-/// Every chunk is a JSON object. serde would read a struct from an array too (by position),
-/// so anything else is refused up front: `BadField` at `$` if it is JSON, else `NotJson`.
-fn require_object(provider: Provider, chunk: &[u8]) -> Result<(), DecodeError> {
+/// Every chunk is a JSON object nested at most [`MAX_JSON_DEPTH`] levels deep. Deeper JSON
+/// is [`DecodeError::TooDeep`] wherever the deep part is (even in a field no decoder reads).
+/// serde would read a struct from an array too (by position), so anything but an object is
+/// refused up front: `BadField` at `$` naming what it is, if it is JSON, else `NotJson`.
+pub fn require_object(provider: Provider, chunk: &[u8]) -> Result<(), DecodeError> {
+    if json_deeper_than(chunk, MAX_JSON_DEPTH) {
+        return Err(DecodeError::too_deep(provider, chunk));
+    }
     if chunk.trim_ascii_start().first() == Some(&b'{') {
         return Ok(());
     }
@@ -26,10 +32,22 @@ fn require_object(provider: Provider, chunk: &[u8]) -> Result<(), DecodeError> {
         Ok(_) => Err(DecodeError::bad_field(
             provider,
             "$",
-            "expected a JSON object",
+            format!("expected a JSON object, found {}", json_kind(chunk)),
             chunk,
         )),
         Err(e) => Err(DecodeError::not_json(provider, &e, chunk)),
+    }
+}
+
+/// What the (valid) JSON text `json` is, by its first byte: `an array`, `a string`, ...
+pub fn json_kind(json: &[u8]) -> &'static str {
+    match json.trim_ascii_start().first() {
+        Some(b'[') => "an array",
+        Some(b'{') => "an object",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
     }
 }
 

@@ -6,7 +6,8 @@
 //! [`crate::synthetic_call_id`] over those and `synthetic_id: true` metadata.
 
 use super::{HistoryFormat, META_SYNTHETIC_ID};
-use crate::call::{parse_arguments, CallOutcome, CallStatus, ToolCall, ToolResult};
+use crate::call::{parse_arguments, CallOutcome, CallStatus, ToolCall, ToolResult, ARGUMENT_DEPTH};
+use crate::depth::{value_depth, MAX_ARGUMENT_DEPTH};
 use crate::error::excerpt;
 use crate::event::synthetic_call_id;
 use crate::snapshot::{MessageSnapshot, MessageStatus};
@@ -108,9 +109,9 @@ impl Builder {
     ) {
         let (status, reason, arguments) = match parse_arguments(&raw) {
             Ok(v) => (CallStatus::Completed, None, v),
-            Err(_) => (
+            Err(e) => (
                 CallStatus::Invalid,
-                Some("invalid_json".to_string()),
+                Some(e.reason().to_string()),
                 Value::Null,
             ),
         };
@@ -126,6 +127,20 @@ impl Builder {
         metadata: Map<String, Value>,
     ) {
         let raw = arguments.to_string();
+        if value_depth(&arguments) > MAX_ARGUMENT_DEPTH {
+            // As the assembler would judge the same text: `invalid`, raw text kept.
+            let reason = Some(ARGUMENT_DEPTH.to_string());
+            self.push(
+                id,
+                name,
+                Value::Null,
+                raw,
+                metadata,
+                CallStatus::Invalid,
+                reason,
+            );
+            return;
+        }
         self.push(
             id,
             name,
