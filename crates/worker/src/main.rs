@@ -8,8 +8,13 @@
 //! - `publish` — `toolstream publish`: a recorded stream to JetStream as a producer would send it.
 //! - `tail` — `toolstream tail`: events as JSON lines, live or from the start of the stream.
 //! - `client_args` — the connection flags `publish` and `tail` share.
-//! - `run` — `toolstream run`: the JetStream worker (config, connection, provisioning, the
-//!   consume → apply → flush → ack loop, the outbox relay, queries, metrics, shutdown).
+//! - `run` — `toolstream run`: the JetStream worker, wiring these together:
+//!   - `config` (typed settings and the ones refused together), `connect`, `provision`
+//!     (streams, consumers, the payload bucket);
+//!   - `consume` — fetch → apply (redelivered inputs alone, behind a note: poison) → flush →
+//!     ack; `watermark` — the settled watermark, the clock of the store's timers;
+//!   - `relay_task` (the outbox relay), `query` (snapshots, history), `http` + `metrics`,
+//!     `shutdown` (the one stop path), `subjects`, `redact` (what logs may show).
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
