@@ -1,0 +1,228 @@
+//! Seed inputs for every target, made from the recorded provider streams in
+//! `tests/recordings/<provider>/` (one seed per chunk for `decode`, whole recordings for
+//! `framing`, Vertex pieces for `partial_args`) and from a few hand-written inputs (tool
+//! results, generator scripts). `cargo run -p toolstream-fuzz-targets --example make_seeds`
+//! writes them to `fuzz/seeds/<target>/` (not committed: they are made from the recordings,
+//! so they never go stale).
+
+use crate::assembler_target::{encode, Op};
+use crate::{piece_line, provider_byte};
+use chunk_model::framing;
+use chunk_model::{ChunkEvent, Provider};
+use std::path::{Path, PathBuf};
+
+/// One seed: its target, a file name, the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seed {
+    /// The target (corpus directory) it is for.
+    pub target: &'static str,
+    /// A file name, unique within the target.
+    pub name: String,
+    /// The input.
+    pub data: Vec<u8>,
+}
+
+/// `tests/recordings/` of this repository.
+pub fn recordings_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/recordings")
+}
+
+/// `fuzz/` of this repository.
+pub fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+}
+
+/// Every seed, made from `recordings` (the `tests/recordings/` directory).
+pub fn all(recordings: &Path) -> std::io::Result<Vec<Seed>> {
+    let mut out = Vec::new();
+    let mut dirs: Vec<_> = std::fs::read_dir(recordings)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let Some(provider) = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(Provider::parse)
+        else {
+            continue; // expected/
+        };
+        let mut files: Vec<_> = std::fs::read_dir(&dir)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .collect();
+        files.sort();
+        for file in files {
+            let bytes = std::fs::read(&file)?;
+            let stem = format!(
+                "{}-{}",
+                provider.as_str(),
+                file.file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or("recording")
+            );
+            out.push(Seed {
+                target: "framing",
+                name: stem.clone(),
+                data: bytes.clone(),
+            });
+            let Ok(frames) = framing::split(&bytes) else {
+                continue;
+            };
+            let mut pieces = Vec::new();
+            for (n, frame) in frames.iter().enumerate() {
+                let mut data = vec![provider_byte(provider)];
+                data.extend_from_slice(&frame.data);
+                out.push(Seed {
+                    target: "decode",
+                    name: format!("{stem}-{n:03}"),
+                    data,
+                });
+                if let Ok(events) = chunk_model::decode(provider, &frame.data) {
+                    for ev in events {
+                        if let ChunkEvent::CallFragment(f) = ev {
+                            pieces.extend(f.path_values);
+                        }
+                    }
+                }
+            }
+            if !pieces.is_empty() {
+                let lines: Vec<Vec<u8>> = pieces.iter().map(piece_line).collect();
+                out.push(Seed {
+                    target: "partial_args",
+                    name: stem.clone(),
+                    data: lines.join(&b'\n'),
+                });
+            }
+        }
+    }
+    out.extend(hand_written());
+    Ok(out)
+}
+
+fn seed(target: &'static str, name: &str, data: impl Into<Vec<u8>>) -> Seed {
+    Seed {
+        target,
+        name: name.to_string(),
+        data: data.into(),
+    }
+}
+
+/// Seeds that are not in any recording.
+pub fn hand_written() -> Vec<Seed> {
+    let mut out = vec![
+        seed(
+            "partial_args",
+            "nested",
+            b"\x00$.order.items[0].sku=A-1\n\x02$.order.items[0].qty=2\n\x01$['a b']=he\n\x00$['a b']=llo\n\x04$.gift=true\n\x06$.note="
+                .to_vec(),
+        ),
+        seed("result", "toolstream", br#"{"tool_call_id":"call_1","output":"72F","is_error":false}"#.to_vec()),
+        seed("result", "delta", br#"[{"tool_call_id":"c","delta":"a"},{"tool_call_id":"c","done":"true"}]"#.to_vec()),
+        seed("result", "openai", br#"{"role":"tool","tool_call_id":"call_1","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}"#.to_vec()),
+        seed("result", "anthropic", br#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok","is_error":true}]}"#.to_vec()),
+        seed("result", "ai-sdk", br#"{"type":"tool-result","toolCallId":"c1","output":{"type":"error-json","value":{"e":1}}}"#.to_vec()),
+    ];
+    let start = |msg, index, plan, text: &[u8], take| Op::Start {
+        msg,
+        index,
+        plan,
+        text: text.to_vec(),
+        take,
+    };
+    let scripts: Vec<(&str, Vec<Op>)> = vec![
+        (
+            "two-calls-completed",
+            vec![
+                start(0, 0, 0, b"Paris", 3),
+                Op::Fragment {
+                    msg: 0,
+                    index: 0,
+                    take: 5,
+                },
+                Op::Fragment {
+                    msg: 0,
+                    index: 0,
+                    take: 200,
+                },
+                start(0, 1, 2, b"", 200),
+                Op::Finish { msg: 0, how: 0 },
+                Op::Result {
+                    msg: 0,
+                    index: 0,
+                    kind: 0,
+                    text: b"sunny".to_vec(),
+                },
+            ],
+        ),
+        (
+            "reordered-and-duplicated",
+            vec![
+                start(1, 0, 0, b"abcdefghij", 2),
+                Op::Swapped {
+                    msg: 1,
+                    index: 0,
+                    take: 4,
+                },
+                Op::Duplicate { msg: 1 },
+                Op::Fragment {
+                    msg: 1,
+                    index: 0,
+                    take: 200,
+                },
+                Op::Finish { msg: 1, how: 4 },
+            ],
+        ),
+        (
+            "lost-chunk-gap",
+            vec![
+                start(2, 0, 0, b"x", 2),
+                Op::Lose { msg: 2 },
+                Op::Fragment {
+                    msg: 2,
+                    index: 0,
+                    take: 200,
+                },
+                Op::Tick { ms: 255 },
+                Op::Finish { msg: 2, how: 0 },
+            ],
+        ),
+        (
+            "limits-results-controls",
+            vec![
+                start(0, 0, 1, &[b'a'; 60], 60),
+                start(0, 1, 3, &[b'['; 40], 200),
+                start(0, 2, 0, b"q", 1),
+                start(0, 3, 0, b"q", 1),
+                Op::Result {
+                    msg: 0,
+                    index: 1,
+                    kind: 1,
+                    text: b"part".to_vec(),
+                },
+                Op::Result {
+                    msg: 0,
+                    index: 1,
+                    kind: 2,
+                    text: Vec::new(),
+                },
+                Op::Control {
+                    msg: 0,
+                    error: true,
+                },
+                Op::Raw {
+                    msg: 1,
+                    body: b"{\"choices\":[".to_vec(),
+                },
+                Op::Tick { ms: 200 },
+            ],
+        ),
+    ];
+    for (name, ops) in scripts {
+        out.push(seed("assembler", name, encode(&ops)));
+    }
+    out
+}
