@@ -10,7 +10,9 @@
 //!   calls end `abandoned` / `timeout` exactly once, and a restarted worker does not abandon
 //!   them again.
 //!
-//! The seed is printed; `TOOLSTREAM_FAULT_SEED=<seed>` repeats a run.
+//! Each test runs on both nats-server releases of the fault suite (Debian's 2.9.10 and the
+//! pinned current one) at once. The seed is printed; `TOOLSTREAM_FAULT_SEED=<seed>` repeats a
+//! run.
 
 mod common;
 
@@ -18,17 +20,11 @@ use common::{client, toolstream_bin, wait_provisioned, Producer};
 use serde_json::Value;
 use std::time::Duration;
 use toolstream_testkit::fault::{
-    seed_from_clock, Checker, Misbehaviour, Reference, Report, WaitPlan, Workload, WorkloadSpec,
+    on_each_server, seed, Checker, Misbehaviour, Reference, Report, WaitPlan, Workload,
+    WorkloadSpec,
 };
 use toolstream_testkit::harness::{tail, Worker};
-use toolstream_testkit::NatsServer;
-
-fn seed() -> u64 {
-    std::env::var("TOOLSTREAM_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(seed_from_clock)
-}
+use toolstream_testkit::{NatsServer, ServerBin};
 
 /// Every recording and 20 generated messages over 3 conversations, published over 3 s.
 fn spec(tag: &str, seed: u64) -> WorkloadSpec {
@@ -47,16 +43,18 @@ struct Run {
     _dir: tempfile::TempDir,
 }
 
-/// Publishes `workload` with `misbehaviour` to a fresh worker (plus `flags`) and checks it
-/// against the reference computed with `config`.
+/// Publishes `workload` with `misbehaviour` to a fresh worker (plus `flags`) on `server` and
+/// checks it against the reference computed with `config`.
 async fn run(
+    server: ServerBin,
     name: &str,
     workload: &Workload,
     misbehaviour: &Misbehaviour,
     flags: &[&str],
     config: &assembler::Config,
 ) -> Run {
-    let server = NatsServer::start().expect("nats-server");
+    let name = format!("{name}, nats-server {}", server.version);
+    let server = NatsServer::start_with(&server).expect("nats-server");
     let dir = tempfile::tempdir().unwrap();
     let worker = Worker::start_bin(
         toolstream_bin(),
@@ -111,154 +109,170 @@ fn assert_ok(run: &Run) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_chunks_with_new_msg_ids_change_nothing() {
-    let seed = seed();
-    let workload = Workload::build(&spec("dup", seed)).unwrap();
-    let misbehaviour = Misbehaviour {
-        duplicate_share: 0.33,
-        ..Misbehaviour::default()
-    };
-    let run = run(
-        "duplicates",
-        &workload,
-        &misbehaviour,
-        &[],
-        &assembler::Config::default(),
-    )
+    on_each_server(|server| async move {
+        let seed = seed();
+        let workload = Workload::build(&spec("dup", seed)).unwrap();
+        let misbehaviour = Misbehaviour {
+            duplicate_share: 0.33,
+            ..Misbehaviour::default()
+        };
+        let run = run(
+            server,
+            "duplicates",
+            &workload,
+            &misbehaviour,
+            &[],
+            &assembler::Config::default(),
+        )
+        .await;
+        assert_ok(&run);
+    })
     .await;
-    assert_ok(&run);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunks_shuffled_within_a_window_assemble_as_in_order() {
-    let seed = seed();
-    let workload = Workload::build(&spec("reorder", seed)).unwrap();
-    let misbehaviour = Misbehaviour {
-        reorder_window: 8,
-        ..Misbehaviour::default()
-    };
-    let run = run(
-        "reordering",
-        &workload,
-        &misbehaviour,
-        &[],
-        &assembler::Config::default(),
-    )
+    on_each_server(|server| async move {
+        let seed = seed();
+        let workload = Workload::build(&spec("reorder", seed)).unwrap();
+        let misbehaviour = Misbehaviour {
+            reorder_window: 8,
+            ..Misbehaviour::default()
+        };
+        let run = run(
+            server,
+            "reordering",
+            &workload,
+            &misbehaviour,
+            &[],
+            &assembler::Config::default(),
+        )
+        .await;
+        assert_ok(&run);
+    })
     .await;
-    assert_ok(&run);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivery_storm_of_every_input_changes_nothing() {
-    let seed = seed();
-    let workload = Workload::build(&spec("storm", seed)).unwrap();
-    let misbehaviour = Misbehaviour {
-        repeat: 5,
-        duplicate_share: 0.1,
-        reorder_window: 3,
-    };
-    let run = run(
-        "storm",
-        &workload,
-        &misbehaviour,
-        &[],
-        &assembler::Config::default(),
-    )
+    on_each_server(|server| async move {
+        let seed = seed();
+        let workload = Workload::build(&spec("storm", seed)).unwrap();
+        let misbehaviour = Misbehaviour {
+            repeat: 5,
+            duplicate_share: 0.1,
+            reorder_window: 3,
+        };
+        let run = run(
+            server,
+            "storm",
+            &workload,
+            &misbehaviour,
+            &[],
+            &assembler::Config::default(),
+        )
+        .await;
+        assert_ok(&run);
+    })
     .await;
-    assert_ok(&run);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_producer_that_stops_mid_stream_ends_abandoned_timeout_exactly_once() {
-    let seed = seed();
-    let mut spec = WorkloadSpec::small("stop", seed, 9);
-    spec.spread = Duration::from_secs(1);
-    let mut workload = Workload::build(&spec).unwrap();
-    // every third message stops half way through its chunks (inside a call's arguments)
-    let mut stopped = Vec::new();
-    for (i, plan) in workload.messages.iter_mut().enumerate() {
-        if i % 3 == 0 {
-            plan.stop_after = Some(plan.chunks.len() / 2);
-            stopped.push((plan.conversation.clone(), plan.message.clone()));
+    on_each_server(|server| async move {
+        let seed = seed();
+        let mut spec = WorkloadSpec::small("stop", seed, 9);
+        spec.spread = Duration::from_secs(1);
+        let mut workload = Workload::build(&spec).unwrap();
+        // every third message stops half way through its chunks (inside a call's arguments)
+        let mut stopped = Vec::new();
+        for (i, plan) in workload.messages.iter_mut().enumerate() {
+            if i % 3 == 0 {
+                plan.stop_after = Some(plan.chunks.len() / 2);
+                stopped.push((plan.conversation.clone(), plan.message.clone()));
+            }
         }
-    }
-    let config = assembler::Config {
-        idle_timeout_ms: 3_000,
-        ..assembler::Config::default()
-    };
-    let mut run = run(
-        "stopped producer",
-        &workload,
-        &Misbehaviour::default(),
-        &["--idle-timeout-ms", "3000"],
-        &config,
-    )
-    .await;
-    assert_ok(&run);
+        let config = assembler::Config {
+            idle_timeout_ms: 3_000,
+            ..assembler::Config::default()
+        };
+        let mut run = run(
+            server,
+            "stopped producer",
+            &workload,
+            &Misbehaviour::default(),
+            &["--idle-timeout-ms", "3000"],
+            &config,
+        )
+        .await;
+        assert_ok(&run);
 
-    // What the reference (and so the worker) did with the stopped streams: each open call
-    // abandoned with reason timeout, once, then message.completed.
-    let of = |conv: &str, msg: &str| -> Vec<&Value> {
-        run.reference
-            .events
-            .values()
-            .filter(|e| e["conversation_id"] == conv && e["message_id"] == msg)
-            .collect()
-    };
-    let mut abandoned = 0;
-    for (conv, msg) in &stopped {
-        let events = of(conv, msg);
-        let timeouts: Vec<&&Value> = events
-            .iter()
-            .filter(|e| e["type"] == "tool_call.abandoned")
-            .collect();
-        assert!(
-            !timeouts.is_empty(),
-            "{conv}/{msg}: the open call is abandoned: {events:#?}"
-        );
-        for e in &timeouts {
-            assert_eq!(e["reason"], "timeout", "{conv}/{msg}: {e}");
-        }
-        let started = events
-            .iter()
-            .filter(|e| e["type"] == "tool_call.started")
-            .count();
-        let terminal = events
-            .iter()
-            .filter(|e| {
-                e["type"]
-                    .as_str()
-                    .is_some_and(|t| t.starts_with("tool_call.") && t != "tool_call.started")
-            })
-            .count();
-        assert_eq!(started, terminal, "{conv}/{msg}: one end per started call");
-        assert_eq!(
-            events
+        // What the reference (and so the worker) did with the stopped streams: each open call
+        // abandoned with reason timeout, once, then message.completed.
+        let of = |conv: &str, msg: &str| -> Vec<&Value> {
+            run.reference
+                .events
+                .values()
+                .filter(|e| e["conversation_id"] == conv && e["message_id"] == msg)
+                .collect()
+        };
+        let mut abandoned = 0;
+        for (conv, msg) in &stopped {
+            let events = of(conv, msg);
+            let timeouts: Vec<&&Value> = events
                 .iter()
-                .filter(|e| e["type"] == "message.completed")
-                .count(),
-            1,
-            "{conv}/{msg}"
+                .filter(|e| e["type"] == "tool_call.abandoned")
+                .collect();
+            assert!(
+                !timeouts.is_empty(),
+                "{conv}/{msg}: the open call is abandoned: {events:#?}"
+            );
+            for e in &timeouts {
+                assert_eq!(e["reason"], "timeout", "{conv}/{msg}: {e}");
+            }
+            let started = events
+                .iter()
+                .filter(|e| e["type"] == "tool_call.started")
+                .count();
+            let terminal = events
+                .iter()
+                .filter(|e| {
+                    e["type"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("tool_call.") && t != "tool_call.started")
+                })
+                .count();
+            assert_eq!(started, terminal, "{conv}/{msg}: one end per started call");
+            assert_eq!(
+                events
+                    .iter()
+                    .filter(|e| e["type"] == "message.completed")
+                    .count(),
+                1,
+                "{conv}/{msg}"
+            );
+            abandoned += timeouts.len();
+        }
+        assert!(
+            run.report.abandoned >= abandoned,
+            "the worker published the timeouts"
         );
-        abandoned += timeouts.len();
-    }
-    assert!(
-        run.report.abandoned >= abandoned,
-        "the worker published the timeouts"
-    );
 
-    // A restarted worker (SIGKILL, same store) must not abandon them a second time.
-    run.worker.kill();
-    run.worker.restart();
-    run.worker.wait_ready();
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let late = run.checker.late_report().await;
-    assert_eq!(
-        late.late,
-        0,
-        "nothing more after a restart: {late}\n{}",
-        tail(&run.worker.log(), 30)
-    );
-    assert!(run.worker.terminate(), "{}", tail(&run.worker.log(), 20));
-    let late = run.checker.late_report().await;
-    assert_eq!(late.late, 0, "nothing more at shutdown: {late}");
+        // A restarted worker (SIGKILL, same store) must not abandon them a second time.
+        run.worker.kill();
+        run.worker.restart();
+        run.worker.wait_ready();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let late = run.checker.late_report().await;
+        assert_eq!(
+            late.late,
+            0,
+            "nothing more after a restart: {late}\n{}",
+            tail(&run.worker.log(), 30)
+        );
+        assert!(run.worker.terminate(), "{}", tail(&run.worker.log(), 20));
+        let late = run.checker.late_report().await;
+        assert_eq!(late.late, 0, "nothing more at shutdown: {late}");
+    })
+    .await;
 }

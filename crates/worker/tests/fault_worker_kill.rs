@@ -6,10 +6,12 @@
 //! answers with a crash-free run of the same inputs through the assembler: every event exactly
 //! once by `event_id`, no ghost, same content, same order per message, same query snapshot.
 //!
-//! Two runs: one with a short ack wait (4 s, the harness default) and one with every timer at
+//! Two tests: one with a short ack wait (4 s, the harness default) and one with every timer at
 //! the worker's defaults (ack wait 60 s, gap timeout 30 s, idle timeout 300 s). The second is the
 //! one a kill can hurt: chunks the killed worker fetched but never acked come back only after
-//! the ack wait, while later chunks arrive at once and are parked behind the gap.
+//! the ack wait, while later chunks arrive at once and are parked behind the gap (before
+//! f3fb463 this ended long streams `abandoned` / `gap`). Each test runs on both nats-server
+//! releases of the fault suite (Debian's 2.9.10 and the pinned current one) at once.
 //!
 //! The seed is printed; `TOOLSTREAM_FAULT_SEED=<seed>` repeats a run.
 
@@ -18,25 +20,20 @@ mod common;
 use common::{client, toolstream_bin, wait_provisioned, Producer};
 use std::time::{Duration, Instant};
 use toolstream_testkit::fault::{
-    seed_from_clock, Checker, KillPlan, Killer, Misbehaviour, Reference, WaitPlan, Workload,
+    on_each_server, seed, Checker, KillPlan, Killer, Misbehaviour, Reference, WaitPlan, Workload,
     WorkloadSpec,
 };
 use toolstream_testkit::harness::{tail, Worker};
-use toolstream_testkit::NatsServer;
+use toolstream_testkit::{NatsServer, ServerBin};
 
-fn seed() -> u64 {
-    std::env::var("TOOLSTREAM_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(seed_from_clock)
-}
-
-/// Publishes the CI workload while killing the worker `kills` times, then checks everything.
-async fn kill_run(name: &str, flags: &[&str], kills: usize, ack_wait: Duration) {
+/// Publishes the CI workload to `server` while killing the worker `kills` times, then checks
+/// everything.
+async fn kill_run(server: ServerBin, name: &str, flags: &[&str], kills: usize, ack_wait: Duration) {
+    let name = format!("{name}, nats-server {}", server.version);
     let seed = seed();
     eprintln!("{name}: seed {seed} (TOOLSTREAM_FAULT_SEED={seed} repeats this run)");
     let started = Instant::now();
-    let server = NatsServer::start().expect("nats-server");
+    let server = NatsServer::start_with(&server).expect("nats-server");
     let dir = tempfile::tempdir().unwrap();
     let worker = Worker::start_bin(
         toolstream_bin(),
@@ -134,12 +131,16 @@ async fn kill_run(name: &str, flags: &[&str], kills: usize, ack_wait: Duration) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_killed_15_times_short_ack_wait_loses_duplicates_and_invents_nothing() {
-    kill_run(
-        "short ack wait",
-        &["--ack-wait", "4s"],
-        15,
-        Duration::from_secs(4),
-    )
+    on_each_server(|server| async move {
+        kill_run(
+            server,
+            "short ack wait",
+            &["--ack-wait", "4s"],
+            15,
+            Duration::from_secs(4),
+        )
+        .await
+    })
     .await;
 }
 
@@ -147,22 +148,26 @@ async fn worker_killed_15_times_short_ack_wait_loses_duplicates_and_invents_noth
 /// harness's test-friendly ones): ack wait 60 s > gap timeout 30 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_killed_8_times_default_timers_loses_duplicates_and_invents_nothing() {
-    kill_run(
-        "default timers",
-        &[
-            "--ack-wait",
-            "60s",
-            "--fetch-expiry",
-            "5s",
-            "--tick-interval",
-            "1s",
-            "--relay-interval",
-            "1s",
-            "--nak-delay",
-            "2s",
-        ],
-        8,
-        Duration::from_secs(60),
-    )
+    on_each_server(|server| async move {
+        kill_run(
+            server,
+            "default timers",
+            &[
+                "--ack-wait",
+                "60s",
+                "--fetch-expiry",
+                "5s",
+                "--tick-interval",
+                "1s",
+                "--relay-interval",
+                "1s",
+                "--nak-delay",
+                "2s",
+            ],
+            8,
+            Duration::from_secs(60),
+        )
+        .await
+    })
     .await;
 }

@@ -104,3 +104,34 @@ pub fn seed_from_clock() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0x1234_5678)
 }
+
+/// Runs `run` once per nats-server release of [`crate::fault_servers`] (Debian's 2.9.10 and
+/// the pinned current one), both at once, each on its own task; panics after both finished
+/// if either failed (a panic inside `run`), naming the release. A missing release is a
+/// failure that says how to install it.
+pub async fn on_each_server<F, Fut>(run: F)
+where
+    F: Fn(crate::ServerBin) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let servers = crate::fault_servers().unwrap_or_else(|e| panic!("{e}"));
+    let tasks: Vec<(String, tokio::task::JoinHandle<()>)> = servers
+        .into_iter()
+        .map(|bin| (bin.to_string(), tokio::spawn(run(bin))))
+        .collect();
+    let mut failed = Vec::new();
+    for (server, task) in tasks {
+        if let Err(e) = task.await {
+            let why = match e.try_into_panic() {
+                Ok(p) => p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panicked".to_string()),
+                Err(e) => e.to_string(),
+            };
+            failed.push(format!("on {server}: {why}"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
