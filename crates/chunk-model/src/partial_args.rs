@@ -13,7 +13,8 @@
 //!   the same path, or when the last piece at that path said it continues; otherwise a
 //!   piece replaces the value at its path;
 //! - an array index past the end pads the gap with `null` (tolerant of skipped elements), up
-//!   to [`MAX_INDEX_GAP`] missing elements;
+//!   to [`MAX_INDEX_GAP`] missing elements per piece and [`MAX_PADDING`] in all (so many
+//!   pieces each skipping ahead cannot grow arrays without bound);
 //! - a piece may not make the arguments deeper than
 //!   [`MAX_ARGUMENT_DEPTH`](crate::depth::MAX_ARGUMENT_DEPTH) (64) levels: its path's
 //!   segments plus its value's own depth. A deeper piece is [`PartialArgsError::BadPath`]
@@ -24,10 +25,14 @@ use crate::chunk::PathValue;
 use crate::depth::{value_depth, MAX_ARGUMENT_DEPTH};
 use crate::error::excerpt;
 use serde_json::{Map, Value};
+use std::collections::HashSet;
 
 /// Largest gap of missing array elements padded with `null`; a larger index is refused so a
 /// hostile path cannot allocate without bound.
 pub const MAX_INDEX_GAP: usize = 1024;
+
+/// Most `null`s padded into arrays over all pieces of one call.
+pub const MAX_PADDING: usize = 65_536;
 
 /// Why pieces could not be turned into arguments.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,7 +57,7 @@ pub enum PartialArgsError {
 }
 
 /// One step of a parsed JSONPath.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Segment {
     /// An object member (`.name` or `['name']`).
     Key(String),
@@ -65,7 +70,9 @@ enum Segment {
 pub fn build(pieces: &[PathValue]) -> Result<Value, PartialArgsError> {
     let mut root = Value::Object(Map::new());
     let mut previous: Option<Vec<Segment>> = None;
-    let mut continuing: Vec<Vec<Segment>> = Vec::new();
+    // Paths whose last piece said it continues (a set: a call may hold very many pieces).
+    let mut continuing: HashSet<Vec<Segment>> = HashSet::new();
+    let mut padded = 0usize;
     for piece in pieces {
         let segments = parse_path(&piece.path)?;
         if segments.len() + value_depth(&piece.value) > MAX_ARGUMENT_DEPTH {
@@ -73,16 +80,17 @@ pub fn build(pieces: &[PathValue]) -> Result<Value, PartialArgsError> {
         }
         let is_continuation =
             previous.as_ref() == Some(&segments) || continuing.contains(&segments);
-        let slot = slot_at(&mut root, &segments, &piece.path)?;
+        let slot = slot_at(&mut root, &segments, &piece.path, &mut padded)?;
         match (&mut *slot, &piece.value) {
             (Value::String(existing), Value::String(more)) if is_continuation => {
                 existing.push_str(more);
             }
             _ => *slot = piece.value.clone(),
         }
-        continuing.retain(|p| p != &segments);
         if piece.continues {
-            continuing.push(segments.clone());
+            continuing.insert(segments.clone());
+        } else {
+            continuing.remove(&segments);
         }
         previous = Some(segments);
     }
@@ -106,6 +114,7 @@ fn slot_at<'v>(
     root: &'v mut Value,
     segments: &[Segment],
     path: &str,
+    padded: &mut usize,
 ) -> Result<&'v mut Value, PartialArgsError> {
     let mut node = root;
     for segment in segments {
@@ -124,6 +133,10 @@ fn slot_at<'v>(
                     return Err(conflict(path, "array index far past the end"));
                 }
                 if items.len() <= *i {
+                    *padded = padded.saturating_add(*i - items.len());
+                    if *padded > MAX_PADDING {
+                        return Err(conflict(path, "too many skipped array elements in all"));
+                    }
                     items.resize(i.saturating_add(1), Value::Null);
                 }
                 match items.get_mut(*i) {
@@ -408,6 +421,34 @@ mod tests {
         assert_eq!(value_depth(&build(&fits).unwrap()), MAX_ARGUMENT_DEPTH);
         let over = [piece(&deep_path(MAX_ARGUMENT_DEPTH - 9), ten, false)];
         assert!(build(&over).is_err());
+    }
+
+    #[test]
+    fn many_pieces_each_skipping_ahead_cannot_grow_an_array_without_bound() {
+        // 1,000 pieces each 1,000 past the end would pad a million nulls
+        let pieces: Vec<PathValue> = (1..=1000)
+            .map(|k| piece(&format!("$.xs[{}]", k * 1000), json!(k), false))
+            .collect();
+        assert!(matches!(
+            build(&pieces),
+            Err(PartialArgsError::Conflict { problem, .. }) if problem.contains("in all")
+        ));
+    }
+
+    #[test]
+    fn a_call_with_100000_continued_pieces_builds_in_linear_time() {
+        // each at its own path, each saying it continues: the old list made this quadratic
+        let pieces: Vec<PathValue> = (0..100_000)
+            .map(|k| piece(&format!("$.k{k}"), json!("v"), true))
+            .collect();
+        let started = std::time::Instant::now();
+        let built = build(&pieces).unwrap();
+        assert_eq!(built.as_object().map(|m| m.len()), Some(100_000));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
