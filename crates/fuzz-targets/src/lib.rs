@@ -13,6 +13,8 @@
 //! - [`framing`] — a recording through the SSE / NDJSON / JSON-array splitter.
 //! - [`partial_args`] — Vertex `partialArgs` pieces through the argument builder.
 //! - [`result`] — one tool-result message through its decoder.
+//! - [`history`] — a provider history (JSON messages) parsed back into calls and results,
+//!   and rendered again into every format (the history encoders).
 //! - [`assembler`] — a generated sequence of chunks, results, controls and ticks for a few
 //!   messages through the real [`assembler::Store`] (in memory), checking that a completed
 //!   call's arguments are exactly what was sent when nothing was lost, and that every event
@@ -26,7 +28,9 @@ pub mod seeds;
 pub use assembler_target::{assembler, assembler_checked, Checked};
 
 use chunk_model::depth::{value_depth, MAX_ARGUMENT_DEPTH};
+use chunk_model::encode::{parse_history, HistoryFormat};
 use chunk_model::framing::{self as fr, Framing};
+use chunk_model::history::{render, HistoryOptions};
 use chunk_model::partial_args as pa;
 use chunk_model::{ChunkEvent, PathValue, Provider, ResultInput};
 use serde_json::Value;
@@ -47,13 +51,41 @@ pub const PROVIDERS: [Provider; 7] = [
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target.
-pub const TARGETS: [Target; 5] = [
+pub const TARGETS: [Target; 6] = [
     ("decode", decode),
     ("framing", framing),
     ("partial_args", partial_args),
     ("result", result),
+    ("history", history),
     ("assembler", assembler),
 ];
+
+/// Reads `data[1..]` as a JSON array of history messages in format
+/// `HistoryFormat::ALL[data[0] % 7]`, parses it back into snapshots and renders those into
+/// every format. Invariants: no panic; parsed arguments are no deeper than
+/// `MAX_ARGUMENT_DEPTH`; every rendering succeeds and its messages serialize.
+pub fn history(data: &[u8]) {
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    let format = HistoryFormat::ALL[usize::from(first) % HistoryFormat::ALL.len()];
+    let Ok(messages) = serde_json::from_slice::<Vec<Value>>(rest) else {
+        return;
+    };
+    let Ok(snapshots) = parse_history(format, &messages) else {
+        return;
+    };
+    for snap in &snapshots {
+        for call in &snap.calls {
+            assert!(value_depth(&call.tool_call.arguments) <= MAX_ARGUMENT_DEPTH);
+        }
+    }
+    let options = HistoryOptions::default();
+    for target in HistoryFormat::ALL {
+        let rendered = render(&snapshots, target, &options).expect("renders");
+        assert!(serde_json::to_vec(&rendered.messages).is_ok());
+    }
+}
 
 /// The provider byte that makes [`decode`] use `provider`.
 pub fn provider_byte(provider: Provider) -> u8 {

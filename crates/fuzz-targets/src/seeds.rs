@@ -224,5 +224,70 @@ pub fn hand_written() -> Vec<Seed> {
     for (name, ops) in scripts {
         out.push(seed("assembler", name, encode(&ops)));
     }
+    out.extend(histories());
+    out
+}
+
+/// One conversation (two calls, one result, one orphaned result) rendered in every history
+/// format, as `history` seeds.
+fn histories() -> Vec<Seed> {
+    use chunk_model::encode::HistoryFormat;
+    use chunk_model::history::{render, HistoryOptions};
+    use chunk_model::{
+        CallOutcome, CallStatus, MessageSnapshot, MessageStatus, ToolCall, ToolResult,
+    };
+    let call = |id: &str, index, arguments: serde_json::Value| CallOutcome {
+        status: CallStatus::Completed,
+        reason: None,
+        tool_call: ToolCall {
+            id: id.to_string(),
+            name: "get_weather".to_string(),
+            raw_arguments: arguments.to_string(),
+            arguments,
+            index,
+            provider_metadata: serde_json::Map::new(),
+        },
+    };
+    let snapshot = MessageSnapshot {
+        conversation_id: "c1".to_string(),
+        message_id: "m1".to_string(),
+        provider: Some(Provider::OpenaiChat),
+        status: MessageStatus::Completed,
+        finish_reason: Some("tool_calls".to_string()),
+        calls: vec![
+            call(
+                "call_a",
+                0,
+                serde_json::json!({"city": "Paris", "days": [1, 2]}),
+            ),
+            call("call_b", 1, serde_json::json!({})),
+        ],
+        tool_results: vec![ToolResult {
+            tool_call_id: "call_a".to_string(),
+            output: "sunny".to_string(),
+            is_error: false,
+        }],
+        orphaned_results: vec![ToolResult {
+            tool_call_id: "call_zz".to_string(),
+            output: "late".to_string(),
+            is_error: true,
+        }],
+    };
+    let mut out = Vec::new();
+    for (i, format) in HistoryFormat::ALL.iter().enumerate() {
+        let Ok(rendered) = render(
+            std::slice::from_ref(&snapshot),
+            *format,
+            &HistoryOptions::default(),
+        ) else {
+            continue;
+        };
+        let Ok(json) = serde_json::to_vec(&rendered.messages) else {
+            continue;
+        };
+        let mut data = vec![u8::try_from(i).unwrap_or(0)];
+        data.extend(json);
+        out.push(seed("history", format.as_str(), data));
+    }
     out
 }
