@@ -614,7 +614,7 @@ impl ConsumeLoop {
         tracing::warn!(
             subject = %msg.subject,
             stream_seq,
-            reason = %rejected.reason,
+            reason = %crate::redact::reason_code(&rejected.reason),
             dlq = %rejected.dlq_subject,
             "input rejected before assembly"
         );
