@@ -35,6 +35,12 @@ pub struct Config {
     /// Outbox rows are never deleted by retention (the relay owns them). Work is bounded:
     /// at most [`crate::store::EXPIRE_PER_TICK`] messages per `Store::tick`.
     pub retention_ms: u64,
+    /// Memory sled may use for its page cache, in bytes (default 64 MiB; sled's own default
+    /// is 1 GiB). The argument text of open calls lives in the store, not in the process's
+    /// memory, so this (plus the write-back buffer of one batch, see
+    /// [`crate::storage::sled_backend::SPILL_BYTES`]) bounds what stored data costs in RAM;
+    /// a larger cache only saves disk reads.
+    pub storage_cache_bytes: u64,
 }
 
 impl Default for Config {
@@ -47,6 +53,7 @@ impl Default for Config {
             gap_timeout_ms: 30_000,
             orphan_grace_ms: 600_000,
             retention_ms: 604_800_000,
+            storage_cache_bytes: 64 * 1024 * 1024,
         }
     }
 }

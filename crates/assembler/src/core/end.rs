@@ -36,6 +36,9 @@ pub fn end_call(msg: &mut MessageState, pos: usize, how: EndHow, out: &mut StepO
         return;
     }
     let named = call.name.is_some();
+    if call.needs_text() {
+        out.text_missing = true;
+    }
     let (status, reason) = match how {
         EndHow::Limit(r) => (CallStatus::Invalid, Some(r)),
         _ if !named => (CallStatus::Abandoned, Some(NO_NAME.to_string())),
@@ -70,6 +73,9 @@ pub fn emit_started(msg: &mut MessageState, pos: usize, out: &mut StepOutput) {
     if call.started || call.name.is_none() {
         return;
     }
+    if !call.text_held() {
+        out.text_missing = true;
+    }
     call.started = true;
     if emit::fix_id(msg, pos) {
         out.registered.push(pos as u32);
@@ -83,7 +89,7 @@ fn judge(msg: &mut MessageState, pos: usize, out: &mut StepOutput) -> (CallStatu
     let Some(call) = msg.calls.get_mut(pos) else {
         return (CallStatus::Abandoned, Some(NO_NAME.to_string()));
     };
-    if call.args.is_empty() && !call.path_values.is_empty() {
+    if call.args_len == 0 && call.path_pieces > 0 {
         match partial_args::build(&call.path_values) {
             Ok(value) => {
                 let text = value.to_string();
@@ -93,7 +99,7 @@ fn judge(msg: &mut MessageState, pos: usize, out: &mut StepOutput) -> (CallStatu
                     text: text.clone(),
                 });
                 call.pieces = 1;
-                call.args = text;
+                call.hold_text(text);
             }
             Err(_) => return (CallStatus::Invalid, Some(INVALID_PARTIAL_ARGS.to_string())),
         }

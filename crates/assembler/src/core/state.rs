@@ -55,17 +55,31 @@ pub struct CallState {
     /// The function name, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// The argument text assembled so far (kept in memory; stored as pieces, see
-    /// [`crate::core::ArgOp`]).
+    /// The argument text assembled so far, when it is held in memory (see
+    /// [`CallState::text_held`]); empty otherwise. The text is stored as pieces (see
+    /// [`crate::core::ArgOp`]); the store reads it back only when a step needs it (an end, a
+    /// name arriving, a limit) and lets go of it after each commit, so the memory of open
+    /// calls does not grow with their text.
     #[serde(skip)]
     pub args: String,
+    /// Bytes of the argument text (held or not): what the argument limit counts.
+    #[serde(default)]
+    pub args_len: usize,
+    /// Whether `args` holds the whole text (a new call does; a call read from storage does
+    /// not until its pieces are read back).
+    #[serde(skip)]
+    pub args_held: bool,
     /// Number of stored argument pieces.
     #[serde(default)]
     pub pieces: u32,
-    /// Structured argument pieces (Vertex `partialArgs`), in arrival order (kept in memory;
-    /// stored as pieces, see [`crate::core::ArgOp::AppendPath`]).
+    /// Structured argument pieces (Vertex `partialArgs`), in arrival order, when held in
+    /// memory (see [`CallState::paths_held`]); stored as pieces, see
+    /// [`crate::core::ArgOp::AppendPath`].
     #[serde(skip)]
     pub path_values: Vec<PathValue>,
+    /// Whether `path_values` holds every structured piece.
+    #[serde(skip)]
+    pub paths_held: bool,
     /// Number of stored structured pieces.
     #[serde(default)]
     pub path_pieces: u32,
@@ -98,8 +112,11 @@ impl CallState {
             id: None,
             name: None,
             args: String::new(),
+            args_len: 0,
+            args_held: true,
             pieces: 0,
             path_values: Vec::new(),
+            paths_held: true,
             path_pieces: 0,
             path_bytes: 0,
             metadata: Map::new(),
@@ -113,6 +130,42 @@ impl CallState {
     /// Whether no further fragment can change the call.
     pub fn is_terminal(&self) -> bool {
         self.status.is_terminal()
+    }
+
+    /// Whether `args` holds the whole argument text.
+    pub fn text_held(&self) -> bool {
+        self.args_held || self.args_len == 0
+    }
+
+    /// Whether `path_values` holds every structured piece.
+    pub fn all_paths_held(&self) -> bool {
+        self.paths_held || self.path_pieces == 0
+    }
+
+    /// Whether some stored argument text or structured piece is not held in memory.
+    pub fn needs_text(&self) -> bool {
+        !self.text_held() || !self.all_paths_held()
+    }
+
+    /// Lets go of the argument text and structured pieces held in memory (they are stored).
+    pub fn release_text(&mut self) {
+        self.args = String::new();
+        self.args_held = false;
+        self.path_values = Vec::new();
+        self.paths_held = false;
+    }
+
+    /// Holds the whole argument text (read back from storage).
+    pub fn hold_text(&mut self, text: String) {
+        self.args_len = text.len();
+        self.args = text;
+        self.args_held = true;
+    }
+
+    /// Holds every structured piece (read back from storage).
+    pub fn hold_paths(&mut self, values: Vec<PathValue>) {
+        self.path_values = values;
+        self.paths_held = true;
     }
 }
 

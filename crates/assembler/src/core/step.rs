@@ -20,7 +20,8 @@ use chunk_model::depth::{value_depth, MAX_ARGUMENT_DEPTH};
 use chunk_model::{CallEnd, CallFragment, CallRef, ChunkEvent, Event, Finish, ResultInput};
 use serde_json::{Map, Value};
 
-/// A write of argument text the store must persist (the core keeps the text in memory).
+/// A write of argument text the store must persist (the core holds the text in memory only
+/// while the store lets it: see [`CallState::text_held`] and [`needs_text`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArgOp {
     /// Append `text` as piece number `piece` of call `call`.
@@ -67,6 +68,10 @@ pub struct StepOutput {
     /// A call statement arrived after the message ended and carried something it cannot
     /// take (argument text or structured pieces, or a call the message does not know).
     pub after_end: bool,
+    /// A step built an event or judged a call whose argument text was not held in memory
+    /// (the store did not read it back first, see [`needs_text`]): the events are wrong and
+    /// the store must not commit them.
+    pub text_missing: bool,
 }
 
 impl StepOutput {
@@ -84,6 +89,7 @@ impl StepOutput {
         self.registered.clear();
         self.results.clear();
         self.after_end = false;
+        self.text_missing = false;
     }
 }
 
@@ -274,11 +280,15 @@ fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut 
         return;
     };
     if let Some(text) = f.arguments.filter(|t| !t.is_empty()) {
-        if call.args.len() + text.len() > limits.max_argument_bytes {
+        if call.args_len + text.len() > limits.max_argument_bytes {
             end_call(msg, pos, EndHow::Limit("argument_limit".to_string()), out);
             return;
         }
-        call.args.push_str(&text);
+        if call.text_held() {
+            call.args.push_str(&text);
+            call.args_held = true;
+        }
+        call.args_len += text.len();
         out.arg_ops.push(ArgOp::Append {
             call: pos as u32,
             piece: call.pieces,
@@ -299,7 +309,7 @@ fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut 
             return;
         }
         let json = serde_json::to_string(&pv).unwrap_or_default();
-        if call.args.len() + call.path_bytes + json.len() > limits.max_argument_bytes {
+        if call.args_len + call.path_bytes + json.len() > limits.max_argument_bytes {
             end_call(msg, pos, EndHow::Limit("argument_limit".to_string()), out);
             return;
         }
@@ -309,8 +319,11 @@ fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut 
             piece: call.path_pieces,
             json,
         });
+        if call.all_paths_held() {
+            call.path_values.push(pv);
+            call.paths_held = true;
+        }
         call.path_pieces += 1;
-        call.path_values.push(pv);
     }
 }
 
@@ -355,17 +368,55 @@ fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepO
             end_call(msg, pos, EndHow::Limit("argument_limit".to_string()), out);
             return;
         }
-        if text != call.args {
+        // (text not held: replace it without comparing, which writes the same result)
+        if !call.text_held() || text != call.args {
             out.arg_ops.push(ArgOp::Replace {
                 call: pos as u32,
                 old_pieces: call.pieces,
                 text: text.clone(),
             });
             call.pieces = 1;
-            call.args = text;
+            call.hold_text(text);
         }
     }
     end_call(msg, pos, EndHow::Judge, out);
+}
+
+/// Whether stepping `ev` on `msg` may need argument text that is not held in memory, so the
+/// store must read the message's stored text back first ([`CallState::needs_text`]). True
+/// for every statement that may end a call or the message (ends build events and judge
+/// arguments, and `message.completed` lists every call), for a fragment that names a
+/// function (it may emit `tool_call.started`, which carries the text so far, for a call that
+/// had text before its name), and for a fragment that may push a call over the argument
+/// limit (its terminal event carries the text). A plain fragment of a started call, the
+/// bulk of every stream, needs nothing: its text is appended to storage only.
+pub fn needs_text(msg: &MessageState, ev: &ChunkEvent, limits: &Limits) -> bool {
+    // (an ended message changes no more: nothing is judged or emitted)
+    let unheld = |c: &CallState| c.needs_text();
+    if !msg.is_open() || !msg.calls.iter().any(unheld) {
+        return false;
+    }
+    match ev {
+        ChunkEvent::CallFragment(f) => {
+            let names = f.name.as_deref().is_some_and(|n| !n.trim().is_empty());
+            let bytes = f.arguments.as_deref().map_or(0, str::len)
+                + f.path_values
+                    .iter()
+                    .map(|pv| serde_json::to_vec(pv).map_or(usize::MAX / 4, |j| j.len()))
+                    .sum::<usize>();
+            msg.calls.iter().any(|c| {
+                !c.is_terminal()
+                    && unheld(c)
+                    && ((names && !c.started)
+                        || c.args_len + c.path_bytes + bytes > limits.max_argument_bytes)
+            })
+        }
+        ChunkEvent::ToolResult(_) => false,
+        ChunkEvent::CallEnd(_)
+        | ChunkEvent::MessageEnd { .. }
+        | ChunkEvent::StreamEnd
+        | ChunkEvent::ProviderError { .. } => true,
+    }
 }
 
 /// Ends the message because of a toolstream decision (idle `timeout`, sequence `gap`): open

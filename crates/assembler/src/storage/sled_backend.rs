@@ -7,8 +7,12 @@
 //!   in its log as a unit, so after a crash either all of it is there or none) and then
 //!   fsyncs (`Db::flush`). A crash therefore loses exactly the commits made since the last
 //!   flush — a suffix, never part of a commit — which is the storage contract.
-//! - If the buffer grows past [`SPILL_WRITES`] between flushes (a caller that flushes
-//!   rarely), it is applied to sled early, still as one batch of whole commits, not fsynced.
+//! - If the buffer grows past [`SPILL_WRITES`] writes or [`SPILL_BYTES`] bytes between
+//!   flushes (a caller that flushes rarely, or a batch of large chunks), it is applied to sled
+//!   early, still as one batch of whole commits, not fsynced: the buffer's memory is bounded
+//!   whatever producers send.
+//! - sled's page cache is bounded by [`crate::Config::storage_cache_bytes`] (sled's own
+//!   default, 1 GiB, would let stored argument text fill the process's memory).
 //!
 //! - Consecutive argument pieces of one call in the buffer are written as ONE sled value
 //!   under the first piece's key (readers concatenate a call's pieces in key order, and
@@ -31,6 +35,13 @@ const TREE: &str = "toolstream_v1";
 /// Buffered writes after which the buffer is applied to sled before a flush.
 pub const SPILL_WRITES: usize = 262_144;
 
+/// Buffered bytes (keys and values, counted as written) after which the buffer is applied to
+/// sled before a flush.
+pub const SPILL_BYTES: usize = 32 * 1024 * 1024;
+
+/// sled's page cache when no size is given (as [`crate::Config::storage_cache_bytes`]).
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Writes not yet applied to sled: prefixed key → value (`None`: deleted).
 type Buffer = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
@@ -39,7 +50,14 @@ type Buffer = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 pub struct SledStorage {
     db: sled::Db,
     tree: sled::Tree,
-    buffer: Mutex<Buffer>,
+    buffer: Mutex<Buffered>,
+}
+
+/// The write-back buffer and the bytes written into it since it was last applied.
+#[derive(Debug, Default)]
+struct Buffered {
+    writes: Buffer,
+    bytes: usize,
 }
 
 fn prefixed(space: Space, key: &[u8]) -> Vec<u8> {
@@ -62,15 +80,30 @@ fn piece_of(key: &[u8]) -> Option<(&[u8], u32)> {
 impl SledStorage {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path) -> Result<SledStorage, StoreError> {
+        SledStorage::open_with_cache(path, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the database at `path` with a page cache of `cache_bytes`.
+    pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<SledStorage, StoreError> {
         // Flushes happen when the caller says so (group commit), not on a background timer.
-        let db = sled::Config::new().path(path).flush_every_ms(None).open()?;
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(cache_bytes)
+            .flush_every_ms(None)
+            .open()?;
         SledStorage::with_db(db)
     }
 
     /// A database in a temporary directory, removed when dropped.
     pub fn temporary() -> Result<SledStorage, StoreError> {
+        SledStorage::temporary_with_cache(DEFAULT_CACHE_BYTES)
+    }
+
+    /// A database in a temporary directory with a page cache of `cache_bytes`.
+    pub fn temporary_with_cache(cache_bytes: u64) -> Result<SledStorage, StoreError> {
         let db = sled::Config::new()
             .temporary(true)
+            .cache_capacity(cache_bytes)
             .flush_every_ms(None)
             .open()?;
         SledStorage::with_db(db)
@@ -81,11 +114,11 @@ impl SledStorage {
         Ok(SledStorage {
             db,
             tree,
-            buffer: Mutex::new(Buffer::new()),
+            buffer: Mutex::new(Buffered::default()),
         })
     }
 
-    fn buffer(&self) -> MutexGuard<'_, Buffer> {
+    fn buffer(&self) -> MutexGuard<'_, Buffered> {
         // The buffer is only changed by whole commits under the lock; a panic elsewhere
         // cannot leave half a commit in it.
         match self.buffer.lock() {
@@ -98,12 +131,13 @@ impl SledStorage {
     /// only once sled took the batch: on an error every commit stays buffered (readers still
     /// see it, and the next flush tries again), so nothing the caller was told is committed
     /// disappears.
-    fn apply_buffer(&self, buffer: &mut Buffer) -> Result<(), StoreError> {
-        if buffer.is_empty() {
+    fn apply_buffer(&self, buffer: &mut Buffered) -> Result<(), StoreError> {
+        if buffer.writes.is_empty() {
             return Ok(());
         }
-        self.tree.apply_batch(Self::batch_of(buffer))?;
-        buffer.clear();
+        self.tree.apply_batch(Self::batch_of(&buffer.writes))?;
+        buffer.writes.clear();
+        buffer.bytes = 0;
         Ok(())
     }
 
@@ -149,6 +183,7 @@ impl SledStorage {
         let full = prefixed(space, prefix);
         let buffer = self.buffer();
         let mut over = buffer
+            .writes
             .range(full.clone()..)
             .take_while(|(k, _)| k.starts_with(&full))
             .peekable();
@@ -226,14 +261,16 @@ impl SledStorage {
     /// Drops every commit made since the last flush, as a crash would (for tests that
     /// simulate a crash in-process: call this, then drop the store and reopen).
     pub fn discard_unflushed(&self) {
-        self.buffer().clear();
+        let mut buffer = self.buffer();
+        buffer.writes.clear();
+        buffer.bytes = 0;
     }
 }
 
 impl Storage for SledStorage {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let k = prefixed(space, key);
-        if let Some(v) = self.buffer().get(&k) {
+        if let Some(v) = self.buffer().writes.get(&k) {
             return Ok(v.clone());
         }
         Ok(self.tree.get(k)?.map(|v| v.to_vec()))
@@ -252,6 +289,7 @@ impl Storage for SledStorage {
         let buffered = {
             let buffer = self.buffer();
             buffer
+                .writes
                 .range(prefix.to_vec()..)
                 .take_while(|(k, _)| k.starts_with(&prefix))
                 .count()
@@ -272,22 +310,26 @@ impl Storage for SledStorage {
         if set.is_empty() {
             return Ok(());
         }
-        let mut buffer = self.buffer();
+        let mut guard = self.buffer();
+        let buffer = &mut *guard;
         for w in set.writes {
             match w {
                 Write::Put(space, k, v) => {
                     let k = prefixed(space, &k);
-                    if let Some(v) = append_to_buffered_piece(&mut buffer, &k, v) {
-                        buffer.insert(k, Some(v));
+                    buffer.bytes += k.len() + v.len();
+                    if let Some(v) = append_to_buffered_piece(&mut buffer.writes, &k, v) {
+                        buffer.writes.insert(k, Some(v));
                     }
                 }
                 Write::Delete(space, k) => {
-                    buffer.insert(prefixed(space, &k), None);
+                    let k = prefixed(space, &k);
+                    buffer.bytes += k.len();
+                    buffer.writes.insert(k, None);
                 }
             }
         }
-        if buffer.len() >= SPILL_WRITES {
-            self.apply_buffer(&mut buffer)?;
+        if buffer.writes.len() >= SPILL_WRITES || buffer.bytes >= SPILL_BYTES {
+            self.apply_buffer(buffer)?;
         }
         Ok(())
     }
@@ -295,12 +337,13 @@ impl Storage for SledStorage {
     fn remove(&self, space: Space, key: &[u8]) -> Result<bool, StoreError> {
         let k = prefixed(space, key);
         let mut buffer = self.buffer();
-        let existed = match buffer.get(&k) {
+        let existed = match buffer.writes.get(&k) {
             Some(v) => v.is_some(),
             None => self.tree.contains_key(&k)?,
         };
         if existed {
-            buffer.insert(k, None);
+            buffer.bytes += k.len();
+            buffer.writes.insert(k, None);
         }
         Ok(existed)
     }
@@ -349,6 +392,7 @@ mod tests {
 
     fn buffered_args(s: &SledStorage) -> usize {
         s.buffer()
+            .writes
             .keys()
             .filter(|k| k.first() == Some(&(Space::Args as u8)))
             .count()

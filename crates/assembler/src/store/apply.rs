@@ -302,6 +302,8 @@ pub(crate) fn end_stream(
         return Ok(());
     }
     let mut out = StepOutput::default();
+    txn.message_or_new(conv, msg, provider)?;
+    txn.hold_text(&keys::message(conv, msg))?;
     let m = txn.message_or_new(conv, msg, provider)?;
     core::step::abandon(m, reason, &mut out);
     after_step(txn, conv, msg, out, now)
@@ -382,6 +384,8 @@ fn apply_chunk(
     let limits = txn.inner.limits;
     let mut out = StepOutput::default();
     if let Some(control) = item.control {
+        txn.message_or_new(item.conv, item.msg, item.provider)?;
+        txn.hold_text(&keys::message(item.conv, item.msg))?;
         let m = txn.message_or_new(item.conv, item.msg, item.provider)?;
         core::step::control(m, control, &mut out);
     } else {
@@ -392,10 +396,17 @@ fn apply_chunk(
             Ok(evs) => evs,
             Err(e) => return lose(txn, skey, item, &format!("decode_error: {e}"), now),
         };
-        let m = txn.message_or_new(item.conv, item.msg, Some(provider))?;
+        let mkey = keys::message(item.conv, item.msg);
         for ev in events {
+            let m = txn.message_or_new(item.conv, item.msg, Some(provider))?;
+            if core::step::needs_text(m, &ev, &limits) {
+                txn.hold_text(&mkey)?;
+            }
+            let m = txn.message_or_new(item.conv, item.msg, Some(provider))?;
             core::step(m, ev, &limits, &mut out);
         }
+        // (a chunk with no events still makes its message, as before)
+        txn.message_or_new(item.conv, item.msg, Some(provider))?;
     }
     let after_end = out.after_end;
     after_step(txn, item.conv, item.msg, out, now)?;
@@ -434,6 +445,9 @@ pub(crate) fn after_step(
     now: u64,
 ) -> Result<(), StoreError> {
     let mkey = keys::message(conv, msg);
+    if out.text_missing {
+        return Err(text_missing());
+    }
     txn.arg_ops(&mkey, &out.arg_ops);
     for ev in &out.events {
         txn.emit(ev)?;
@@ -445,10 +459,15 @@ pub(crate) fn after_step(
         handle_result(txn, conv, msg, r, now)?;
     }
     let (done, open) = match txn.message_mut(conv, msg)? {
-        Some(m) => (
-            core::complete_if_done(m),
-            m.phase != core::MessagePhase::Completed,
-        ),
+        Some(m) => {
+            if m.phase == core::MessagePhase::Ended && m.calls.iter().any(|c| c.needs_text()) {
+                return Err(text_missing());
+            }
+            (
+                core::complete_if_done(m),
+                m.phase != core::MessagePhase::Completed,
+            )
+        }
         None => (None, false),
     };
     if let Some(mut ev) = done {
@@ -469,6 +488,14 @@ pub(crate) fn after_step(
     txn.stream_mut(&keys::stream(InputKind::Chunk, conv, msg))?
         .open = open;
     Ok(())
+}
+
+/// A step needed argument text the store had not read back (a bug: nothing is committed).
+fn text_missing() -> StoreError {
+    StoreError::Corrupt {
+        space: "args",
+        detail: "a call's argument text was needed but not read back before the step".into(),
+    }
 }
 
 /// Indexes a call by its consumer-facing id and matches a complete result waiting for it.

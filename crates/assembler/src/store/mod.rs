@@ -61,12 +61,14 @@ impl Store {
     /// Opens (or creates) the sled store at `path`, recovering its state: the state of a
     /// prefix of the inputs applied before the last flush, and every unpublished outbox row.
     pub fn open(path: &Path, config: Config) -> Result<Store, StoreError> {
-        Store::with_storage(Arc::new(SledStorage::open(path)?), config)
+        let storage = SledStorage::open_with_cache(path, config.storage_cache_bytes)?;
+        Store::with_storage(Arc::new(storage), config)
     }
 
     /// A sled store in a temporary directory, removed when dropped.
     pub fn open_temporary(config: Config) -> Result<Store, StoreError> {
-        Store::with_storage(Arc::new(SledStorage::temporary()?), config)
+        let storage = SledStorage::temporary_with_cache(config.storage_cache_bytes)?;
+        Store::with_storage(Arc::new(storage), config)
     }
 
     /// A store on [`MemoryStorage`] (nothing is durable), for tests and benches.

@@ -32,6 +32,17 @@ fn stored(storage: &dyn Storage, mkey: &[u8], bytes: &[u8]) -> Result<MessageSta
     Ok(m)
 }
 
+/// A cached message with its argument text read back (the cache does not hold it).
+fn with_text(
+    storage: &dyn Storage,
+    mkey: &[u8],
+    m: &MessageState,
+) -> Result<MessageState, StoreError> {
+    let mut m = m.clone();
+    load_args(storage, mkey, &mut m)?;
+    Ok(m)
+}
+
 /// One message's snapshot (cache first: it holds the newest state of open messages).
 pub(crate) fn message(
     inner: &Inner,
@@ -41,7 +52,7 @@ pub(crate) fn message(
 ) -> Result<Option<MessageSnapshot>, StoreError> {
     let mkey = keys::message(conv, msg);
     if let Some(m) = inner.messages.get(&mkey) {
-        return Ok(Some(to_snapshot(m)));
+        return Ok(Some(to_snapshot(&with_text(storage, &mkey, m)?)));
     }
     match storage.get(Space::Messages, &mkey)? {
         Some(bytes) => Ok(Some(to_snapshot(&stored(storage, &mkey, &bytes)?))),
@@ -58,7 +69,7 @@ pub(crate) fn conversation(
     let mut all: Vec<(u64, MessageSnapshot)> = Vec::new();
     for (mkey, bytes) in storage.scan_prefix(Space::Messages, &keys::conversation(conv))? {
         let m = match inner.messages.get(&mkey) {
-            Some(m) => to_snapshot_with_order(m),
+            Some(m) => to_snapshot_with_order(&with_text(storage, &mkey, m)?),
             None => to_snapshot_with_order(&stored(storage, &mkey, &bytes)?),
         };
         all.push(m);

@@ -8,7 +8,7 @@ use crate::core::{ArgOp, MessagePhase, MessageState, StreamState};
 use crate::error::StoreError;
 use crate::keys::{self, ResultTag};
 use crate::outbox::{OutboxEntry, OutboxKind};
-use crate::storage::{Space, Storage, WriteSet};
+use crate::storage::{Space, Storage, Write, WriteSet};
 use chunk_model::{Event, Provider};
 use std::collections::BTreeSet;
 
@@ -88,7 +88,7 @@ impl<'a> Txn<'a> {
         self.stream(key)
     }
 
-    /// Loads a message into the cache (with its argument text while it is open).
+    /// Loads a message into the cache, without its argument text (see [`Txn::hold_text`]).
     fn load_message(&mut self, mkey: &[u8]) -> Result<bool, StoreError> {
         if self.inner.messages.contains_key(mkey) {
             return Ok(true);
@@ -97,11 +97,85 @@ impl<'a> Txn<'a> {
             return Ok(false);
         };
         let mut m: MessageState = from_bytes("messages", &v)?;
-        if m.phase != MessagePhase::Completed {
+        if m.calls.iter().any(|c| c.pieces > 0 && c.args_len == 0) {
+            // written before records counted their text (`args_len`): count it once
             load_args(self.storage, mkey, &mut m)?;
         }
         self.inner.messages.insert(mkey.to_vec(), m);
         Ok(true)
+    }
+
+    /// Reads the stored argument text and structured pieces of the message's calls that are
+    /// not held in memory back into them, seeing this unit's own staged writes. Needed before
+    /// a step that may judge a call or build an event (see [`crate::core::step::needs_text`]);
+    /// the commit lets go of them again.
+    pub fn hold_text(&mut self, mkey: &[u8]) -> Result<(), StoreError> {
+        let Some(m) = self.inner.messages.get(mkey) else {
+            return Ok(());
+        };
+        let wanted: Vec<(usize, bool, bool)> = m
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.needs_text())
+            .map(|(pos, c)| (pos, !c.text_held(), !c.all_paths_held()))
+            .collect();
+        for (pos, text, paths) in wanted {
+            let text = match text {
+                true => Some(text_of(
+                    &self.staged_scan(Space::Args, &keys::args_prefix(mkey, pos as u32))?,
+                )),
+                false => None,
+            };
+            let paths = match paths {
+                true => Some(paths_of(&self.staged_scan(
+                    Space::Args,
+                    &keys::args_prefix(mkey, pos as u32 | keys::PATH_PIECES),
+                )?)?),
+                false => None,
+            };
+            let Some(call) = self
+                .inner
+                .messages
+                .get_mut(mkey)
+                .and_then(|m| m.calls.get_mut(pos))
+            else {
+                continue;
+            };
+            if let Some(text) = text {
+                call.hold_text(text);
+            }
+            if let Some(paths) = paths {
+                call.hold_paths(paths);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every (key, value) under `prefix` in `space` as this unit sees it: storage overlaid
+    /// with the writes staged so far, in key order.
+    fn staged_scan(
+        &self,
+        space: Space,
+        prefix: &[u8],
+    ) -> Result<Vec<crate::storage::Pair>, StoreError> {
+        let mut all: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = self
+            .storage
+            .scan_prefix(space, prefix)?
+            .into_iter()
+            .collect();
+        for w in &self.writes.writes {
+            match w {
+                Write::Put(s, k, v) if *s == space && k.starts_with(prefix) => {
+                    all.insert(k.clone(), v.clone());
+                }
+                Write::Delete(s, k) if *s == space && k.starts_with(prefix) => {
+                    all.remove(k);
+                }
+                _ => {}
+            }
+        }
+        Ok(all.into_iter().collect())
     }
 
     /// The message, if it exists; marked to be written.
@@ -325,41 +399,59 @@ impl<'a> Txn<'a> {
             });
             if done {
                 self.inner.messages.remove(key);
+            } else if let Some(m) = self.inner.messages.get_mut(key) {
+                // The text is stored: memory does not grow with what producers send.
+                for call in &mut m.calls {
+                    if call.args_len > 0 || call.path_pieces > 0 {
+                        call.release_text();
+                    }
+                }
             }
         }
         Ok((self.events, self.rows))
     }
 }
 
-/// Reads a message's argument pieces back into its calls, in piece order.
+/// A call's text from its stored pieces (in key order).
+fn text_of(pieces: &[crate::storage::Pair]) -> String {
+    let mut text = Vec::new();
+    for (_, v) in pieces {
+        text.extend_from_slice(v);
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// A call's structured pieces from their stored form. Pieces may have been merged by the
+/// storage: the bytes are consecutive JSON values.
+fn paths_of(pieces: &[crate::storage::Pair]) -> Result<Vec<chunk_model::PathValue>, StoreError> {
+    let mut bytes = Vec::new();
+    for (_, v) in pieces {
+        bytes.extend_from_slice(v);
+    }
+    serde_json::Deserializer::from_slice(&bytes)
+        .into_iter::<chunk_model::PathValue>()
+        .collect::<Result<_, _>>()
+        .map_err(|e| StoreError::Corrupt {
+            space: "args",
+            detail: e.to_string(),
+        })
+}
+
+/// Reads a message's argument pieces (text and structured) back into the calls that do not
+/// hold them, in piece order (outside a unit of work: storage has every commit).
 pub fn load_args(
     storage: &dyn Storage,
     mkey: &[u8],
     m: &mut MessageState,
 ) -> Result<(), StoreError> {
     for (pos, call) in m.calls.iter_mut().enumerate() {
-        if call.pieces > 0 {
-            let mut text = Vec::new();
-            for (_, v) in storage.scan_prefix(Space::Args, &keys::args_prefix(mkey, pos as u32))? {
-                text.extend_from_slice(&v);
-            }
-            call.args = String::from_utf8_lossy(&text).into_owned();
+        if !call.text_held() || (call.pieces > 0 && call.args_len == 0) {
+            let prefix = keys::args_prefix(mkey, pos as u32);
+            call.hold_text(text_of(&storage.scan_prefix(Space::Args, &prefix)?));
         }
-        if call.path_pieces > 0 {
-            // Pieces may have been merged by the storage: the bytes are consecutive JSON
-            // values.
-            let mut bytes = Vec::new();
+        if !call.all_paths_held() {
             let prefix = keys::args_prefix(mkey, pos as u32 | keys::PATH_PIECES);
-            for (_, v) in storage.scan_prefix(Space::Args, &prefix)? {
-                bytes.extend_from_slice(&v);
-            }
-            call.path_values = serde_json::Deserializer::from_slice(&bytes)
-                .into_iter::<chunk_model::PathValue>()
-                .collect::<Result<_, _>>()
-                .map_err(|e| StoreError::Corrupt {
-                    space: "args",
-                    detail: e.to_string(),
-                })?;
+            call.hold_paths(paths_of(&storage.scan_prefix(Space::Args, &prefix)?)?);
         }
     }
     Ok(())

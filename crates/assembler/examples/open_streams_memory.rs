@@ -1,0 +1,295 @@
+//! Measures the memory the store needs for open streams (issue 8): peak RSS (`VmHWM` of
+//! `/proc/self/status`) and time, on a real sled store in a temporary directory, applying
+//! OpenAI chat chunks and flushing once per 256 inputs like the worker (and draining the
+//! outbox like the relay).
+//!
+//! Modes (one per process, since the peak is per process):
+//! - `open N K [FRAG]` — opens N streams, each with a started call and K bytes of argument
+//!   text in fragments of FRAG bytes (default 64), interleaved round-robin like concurrent
+//!   streams; none of them ends. Reports peak RSS.
+//! - `sustained MINUTES CONCURRENT K [FRAG]` — keeps CONCURRENT streams open for MINUTES:
+//!   each time a stream has received its K bytes it ends (finish + `[DONE]`, its call
+//!   completes) and a new stream takes its place. `Store::tick` runs every second. RSS is
+//!   sampled every 5 seconds (`t_s rss_mib hwm_mib completed_messages open_streams`).
+//!
+//! Figures of the issue:
+//! ```sh
+//! cargo run --release -p assembler --example open_streams_memory -- open 10000 100
+//! cargo run --release -p assembler --example open_streams_memory -- open 100000 100
+//! cargo run --release -p assembler --example open_streams_memory -- open 2000 100000 1024
+//! cargo run --release -p assembler --example open_streams_memory -- open 2048 524288 4096
+//! cargo run --release -p assembler --example open_streams_memory -- sustained 5 20000 4096 256
+//! ```
+//! (`open 2048 524288 4096` is 1 GiB of open argument text.) Set
+//! `TOOLSTREAM_CONFIG_JSON='{"storage_cache_bytes":...}'` to try other assembler settings.
+
+use assembler::{Config, Input, InputKind, Seq, Store};
+use chunk_model::Provider;
+use std::time::{Duration, Instant};
+
+const BATCH: usize = 256;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn chunk(id: Option<&str>, args: &str) -> Vec<u8> {
+    let mut call = serde_json::json!({"index": 0, "type": "function",
+        "function": {"arguments": args}});
+    if let Some(id) = id {
+        call["id"] = id.into();
+        call["function"]["name"] = "lookup".into();
+    }
+    serde_json::to_vec(
+        &serde_json::json!({"id": "chatcmpl-1", "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]}),
+    )
+    .unwrap_or_default()
+}
+
+const FINISH: &[u8] = br#"{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#;
+
+/// The worker's loop in small: apply, one flush per 256 inputs, relay drains the outbox.
+struct Driver {
+    store: Store,
+    in_batch: usize,
+    applied: u64,
+    started: Instant,
+    last_tick: Instant,
+}
+
+impl Driver {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn apply(&mut self, conv: &str, msg: &str, seq: u64, body: &[u8]) -> Result<()> {
+        let input = Input {
+            kind: InputKind::Chunk,
+            conversation_id: conv,
+            message_id: msg,
+            provider: Some(Provider::OpenaiChat),
+            seq: Seq::Producer(seq),
+            control: None,
+            body,
+            origin: None,
+        };
+        let now = self.now_ms();
+        let verdict = self.store.apply(&input, now)?;
+        if matches!(verdict, assembler::Applied::DeadLettered { .. }) {
+            return Err(format!("{conv}/{msg} #{seq} dead-lettered: {verdict:?}").into());
+        }
+        self.applied += 1;
+        self.in_batch += 1;
+        if self.in_batch >= BATCH {
+            self.end_batch()?;
+        }
+        Ok(())
+    }
+
+    fn end_batch(&mut self) -> Result<()> {
+        self.in_batch = 0;
+        self.store.flush()?;
+        loop {
+            let rows = self.store.outbox_peek(1024)?;
+            if rows.is_empty() {
+                break;
+            }
+            for r in rows {
+                self.store.outbox_remove(r.key)?;
+            }
+        }
+        if self.last_tick.elapsed() >= Duration::from_secs(1) {
+            self.last_tick = Instant::now();
+            let now = self.now_ms();
+            self.store.tick(now)?;
+        }
+        Ok(())
+    }
+}
+
+fn config() -> Result<Config> {
+    match std::env::var("TOOLSTREAM_CONFIG_JSON") {
+        Ok(json) => Ok(serde_json::from_str(&json)?),
+        Err(_) => Ok(Config::default()),
+    }
+}
+
+fn arg(args: &[String], i: usize, default: Option<usize>) -> Result<usize> {
+    match args.get(i) {
+        Some(s) => Ok(s.replace('_', "").parse()?),
+        None => default.ok_or_else(|| format!("missing argument {i}").into()),
+    }
+}
+
+fn names(i: usize) -> (String, String, String) {
+    (
+        format!("conv{}", i / 100),
+        format!("msg{i}"),
+        format!("call_{i}"),
+    )
+}
+
+fn open(args: &[String]) -> Result<()> {
+    let n = arg(args, 2, None)?;
+    let k = arg(args, 3, None)?;
+    let frag = arg(args, 4, Some(64))?.max(1);
+    let dir = tempfile::tempdir()?;
+    let mut config = config()?;
+    config.max_open_streams = config.max_open_streams.max(n);
+    config.max_argument_bytes = config.max_argument_bytes.max(k + 16);
+    config.idle_timeout_ms = u64::MAX / 4;
+    let store = Store::open(&dir.path().join("db"), config)?;
+    let base = status_kib("VmRSS:");
+    let mut d = Driver {
+        store,
+        in_batch: 0,
+        applied: 0,
+        started: Instant::now(),
+        last_tick: Instant::now(),
+    };
+    let body = chunk(None, &"a".repeat(frag));
+    let rounds = k.div_ceil(frag);
+    for i in 0..n {
+        let (conv, msg, id) = names(i);
+        d.apply(&conv, &msg, 0, &chunk(Some(&id), "{\"q\":\""))?;
+    }
+    let mut last = Instant::now();
+    for r in 0..rounds {
+        for i in 0..n {
+            let (conv, msg, _) = names(i);
+            d.apply(&conv, &msg, 1 + r as u64, &body)?;
+        }
+        if last.elapsed() >= Duration::from_secs(10) {
+            last = Instant::now();
+            eprintln!(
+                "  round {}/{rounds}: rss {:.0} MiB, peak {:.0} MiB",
+                r + 1,
+                mib(status_kib("VmRSS:")),
+                mib(status_kib("VmHWM:"))
+            );
+        }
+    }
+    d.end_batch()?;
+    let secs = d.started.elapsed().as_secs_f64();
+    println!(
+        "open {n} streams x {k} bytes (fragments of {frag}; {:.0} MiB of open argument text): \
+         open_streams {}, {} inputs in {secs:.1} s ({:.0}/s), rss at start {:.0} MiB, \
+         rss now {:.0} MiB, peak rss {:.0} MiB",
+        (n * rounds * frag) as f64 / 1048576.0,
+        d.store.open_streams(),
+        d.applied,
+        d.applied as f64 / secs,
+        mib(base),
+        mib(status_kib("VmRSS:")),
+        mib(status_kib("VmHWM:")),
+    );
+    Ok(())
+}
+
+fn sustained(args: &[String]) -> Result<()> {
+    let minutes = arg(args, 2, None)?;
+    let concurrent = arg(args, 3, None)?.max(1);
+    let k = arg(args, 4, None)?;
+    let frag = arg(args, 5, Some(64))?.max(1);
+    let dir = tempfile::tempdir()?;
+    let mut config = config()?;
+    config.max_open_streams = config.max_open_streams.max(concurrent);
+    config.max_argument_bytes = config.max_argument_bytes.max(k + 16);
+    let store = Store::open(&dir.path().join("db"), config)?;
+    let mut d = Driver {
+        store,
+        in_batch: 0,
+        applied: 0,
+        started: Instant::now(),
+        last_tick: Instant::now(),
+    };
+    let body = chunk(None, &"a".repeat(frag));
+    let close = chunk(None, "\"}");
+    let rounds = k.div_ceil(frag) as u64;
+    // slot → (stream number, next seq); streams start staggered so they end staggered.
+    let mut slots: Vec<(usize, u64)> = (0..concurrent).map(|i| (i, 0)).collect();
+    let mut next_stream = concurrent;
+    let mut completed = 0u64;
+    let deadline = Duration::from_secs(60 * minutes as u64);
+    let mut last_sample = Instant::now();
+    println!("t_s rss_mib hwm_mib completed_messages open_streams inputs");
+    let sample = |d: &Driver, completed: u64| {
+        println!(
+            "{:.0} {:.0} {:.0} {completed} {} {}",
+            d.started.elapsed().as_secs_f64(),
+            mib(status_kib("VmRSS:")),
+            mib(status_kib("VmHWM:")),
+            d.store.open_streams(),
+            d.applied
+        );
+    };
+    sample(&d, completed);
+    'outer: loop {
+        for (slot, (stream, seq)) in slots.iter_mut().enumerate() {
+            let (conv, msg, id) = names(*stream);
+            // stagger: slot s joins in round s % rounds
+            let stagger = (slot as u64) % (rounds + 3);
+            if *seq == 0 && d.applied < stagger * concurrent as u64 {
+                continue;
+            }
+            match *seq {
+                0 => d.apply(&conv, &msg, 0, &chunk(Some(&id), "{\"q\":\""))?,
+                s if s <= rounds => d.apply(&conv, &msg, s, &body)?,
+                s if s == rounds + 1 => d.apply(&conv, &msg, s, &close)?,
+                s if s == rounds + 2 => d.apply(&conv, &msg, s, FINISH)?,
+                s => {
+                    d.apply(&conv, &msg, s, b"[DONE]")?;
+                    completed += 1;
+                    *stream = next_stream;
+                    next_stream += 1;
+                    *seq = 0;
+                    continue;
+                }
+            }
+            *seq += 1;
+            if last_sample.elapsed() >= Duration::from_secs(5) {
+                last_sample = Instant::now();
+                sample(&d, completed);
+                if d.started.elapsed() >= deadline {
+                    break 'outer;
+                }
+            }
+        }
+    }
+    d.end_batch()?;
+    let secs = d.started.elapsed().as_secs_f64();
+    println!(
+        "sustained {minutes} min, {concurrent} concurrent streams x {k} bytes (fragments of \
+         {frag}): {completed} messages completed, {} inputs ({:.0}/s), peak rss {:.0} MiB",
+        d.applied,
+        d.applied as f64 / secs,
+        mib(status_kib("VmHWM:"))
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("open") => open(&args),
+        Some("sustained") => sustained(&args),
+        _ => Err("usage: open_streams_memory open N K [FRAG] | \
+                  sustained MINUTES CONCURRENT K [FRAG]"
+            .into()),
+    }
+}
