@@ -41,6 +41,11 @@ pub struct Config {
     /// [`crate::storage::sled_backend::SPILL_BYTES`]) bounds what stored data costs in RAM;
     /// a larger cache only saves disk reads.
     pub storage_cache_bytes: u64,
+    /// Most message states kept in memory between inputs (default 10,000). Every state is
+    /// stored at each commit; past this many, the least recently loaded are dropped from
+    /// memory and read back from the store when their stream goes on, so memory does not
+    /// grow with the number of open streams (`max_open_streams`).
+    pub message_cache_entries: usize,
 }
 
 impl Default for Config {
@@ -54,6 +59,7 @@ impl Default for Config {
             orphan_grace_ms: 600_000,
             retention_ms: 604_800_000,
             storage_cache_bytes: 64 * 1024 * 1024,
+            message_cache_entries: 10_000,
         }
     }
 }

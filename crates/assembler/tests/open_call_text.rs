@@ -258,3 +258,41 @@ fn idle_and_ended_streams_abandon_calls_with_their_whole_text() {
         assert_eq!(raw(ev), text, "{}", ev.message_id);
     }
 }
+
+#[test]
+fn streams_go_on_after_their_message_states_were_evicted_from_the_cache() {
+    let config = Config {
+        message_cache_entries: 1,
+        ..Config::default()
+    };
+    let s = Store::open_temporary(config.clone()).unwrap();
+    let reference = Store::open_temporary(Config::default()).unwrap();
+    let msgs = ["m0", "m1", "m2"];
+    let (text, parts) = fragments(30);
+    let mut bodies = vec![oa_delta(0, Some("call"), Some("lookup"), "")];
+    bodies.extend(parts.iter().map(|p| oa_delta(0, None, None, p)));
+    bodies.push(oa_finish("tool_calls"));
+    for (seq, body) in bodies.iter().enumerate() {
+        for m in msgs {
+            for store in [&s, &reference] {
+                store.apply(&chunk("c", m, seq as u64, body), 0).unwrap();
+            }
+        }
+        if seq == 2 {
+            for m in msgs {
+                assert_eq!(
+                    s.message_snapshot("c", m).unwrap(),
+                    reference.message_snapshot("c", m).unwrap()
+                );
+            }
+        }
+    }
+    assert_eq!(events(&s), events(&reference));
+    let done = call_events(&s, EventType::ToolCallCompleted);
+    assert_eq!(done.len(), 3);
+    assert!(done.iter().all(|e| raw(e) == text));
+    assert_eq!(
+        s.conversation("c").unwrap(),
+        reference.conversation("c").unwrap()
+    );
+}

@@ -7,7 +7,7 @@ use crate::core::{Limits, MessageState, PendingResult, StreamState};
 use crate::error::StoreError;
 use crate::keys;
 use crate::storage::{Space, Storage};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// Cache, indexes and counters.
 #[derive(Debug)]
@@ -19,8 +19,13 @@ pub(crate) struct Inner {
     /// Streams that are open or have parked inputs (plus those touched by the current unit
     /// of work), by stream key.
     pub streams: HashMap<Vec<u8>, StreamState>,
-    /// Messages not completed yet (with their argument text), by message key.
+    /// Messages not completed yet (without their argument text, see
+    /// [`crate::core::CallState::text_held`]), by message key: at most
+    /// `config.message_cache_entries` between units of work (every one is stored).
     pub messages: HashMap<Vec<u8>, MessageState>,
+    /// Keys of `messages` in the order they were put there, oldest first (may name entries
+    /// that are gone): the eviction order.
+    pub message_order: VecDeque<Vec<u8>>,
     /// Chunk streams whose message has not completed (idle timer applies).
     pub open: BTreeSet<Vec<u8>>,
     /// Streams with parked inputs (gap timer applies).
@@ -53,6 +58,7 @@ impl Inner {
             config,
             streams: HashMap::new(),
             messages: HashMap::new(),
+            message_order: VecDeque::new(),
             open: BTreeSet::new(),
             gapped: BTreeSet::new(),
             pending: BTreeMap::new(),

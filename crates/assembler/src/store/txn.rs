@@ -102,6 +102,7 @@ impl<'a> Txn<'a> {
             load_args(self.storage, mkey, &mut m)?;
         }
         self.inner.messages.insert(mkey.to_vec(), m);
+        self.inner.message_order.push_back(mkey.to_vec());
         Ok(true)
     }
 
@@ -208,6 +209,7 @@ impl<'a> Txn<'a> {
             self.inner
                 .messages
                 .insert(mkey.clone(), MessageState::new(conv, msg, None, order));
+            self.inner.message_order.push_back(mkey.clone());
         }
         self.dirty_messages.insert(mkey.clone());
         let needs_provider = self
@@ -408,6 +410,21 @@ impl<'a> Txn<'a> {
                 }
             }
         }
+        // Bound the message cache: every state in it is stored (written above or by an
+        // earlier commit), so the oldest loaded can go and be read back when needed.
+        let cap = self.inner.config.message_cache_entries;
+        let mut kept = Vec::new();
+        while self.inner.message_order.len() > cap {
+            let Some(key) = self.inner.message_order.pop_front() else {
+                break;
+            };
+            if self.dirty_messages.contains(&key) && self.inner.messages.contains_key(&key) {
+                kept.push(key);
+            } else {
+                self.inner.messages.remove(&key);
+            }
+        }
+        self.inner.message_order.extend(kept);
         Ok((self.events, self.rows))
     }
 }
