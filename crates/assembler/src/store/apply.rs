@@ -384,6 +384,12 @@ fn apply_chunk(
     let limits = txn.inner.limits;
     let mut out = StepOutput::default();
     if let Some(control) = item.control {
+        // An end on a stream that never named a provider (and has no message) would complete
+        // an empty message that no event can show, silently, and dead-letter the real stream
+        // after it: it is a `no_provider` input like any chunk of such a stream.
+        if item.provider.is_none() && txn.message_mut(item.conv, item.msg)?.is_none() {
+            return lose(txn, skey, item, "no_provider", now);
+        }
         txn.message_or_new(item.conv, item.msg, item.provider)?;
         txn.hold_text(&keys::message(item.conv, item.msg))?;
         let m = txn.message_or_new(item.conv, item.msg, item.provider)?;
