@@ -199,7 +199,14 @@ fn lose(
         if st.provider.is_none() {
             st.provider = item.provider;
         }
-        st.consumed(item.seq, now);
+        // A number ahead of a gap is not consumed: the inputs numbered before it are still to
+        // come, and moving the watermark past them took them for duplicates (no trace at all:
+        // the chunks of a closed stream must be stream_closed dead letters, and results must
+        // be applied).
+        let ahead = matches!(item.seq, Seq::Producer(s) if s > st.next);
+        if !ahead {
+            st.consumed(item.seq, now);
+        }
     }
     if item.kind == InputKind::Chunk {
         close_stream(txn, skey, item.conv, item.msg, LOST_CHUNK, now)?;
