@@ -677,6 +677,9 @@ async fn every_bad_input_has_its_written_outcome_beside_valid_streams_of_every_p
     let settle_by = Instant::now().max(deadline) + Duration::from_secs(5);
     loop {
         let info = stream.consumer_info("toolstream").await.unwrap();
+        if !worker.is_running() {
+            break;
+        }
         let outbox = metric(&worker.metrics(), "toolstream_outbox_depth").unwrap_or(1);
         if info.num_pending == 0 && info.num_ack_pending == 0 && outbox == 0 {
             break;
@@ -691,8 +694,13 @@ async fn every_bad_input_has_its_written_outcome_beside_valid_streams_of_every_p
     dlq.poll().await;
     let mut report = checker.check(&reference).await;
     report.complete = complete;
-    let metrics = worker.metrics();
     let running = worker.is_running();
+    // (a worker that stopped has no /metrics to read: the verdict below names the stop)
+    let metrics = if running {
+        worker.metrics()
+    } else {
+        String::new()
+    };
     let elapsed = started.elapsed();
 
     // ---- compare
