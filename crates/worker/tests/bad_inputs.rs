@@ -195,7 +195,7 @@ fn expand(text: &str, conv: &str, msg: &str) -> String {
 
 fn hex(text: &str) -> Vec<u8> {
     let clean: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-    assert!(clean.len() % 2 == 0, "odd hex {text:?}");
+    assert!(clean.len().is_multiple_of(2), "odd hex {text:?}");
     (0..clean.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&clean[i..i + 2], 16).expect("hex"))
@@ -546,7 +546,7 @@ async fn every_bad_input_has_its_written_outcome_beside_valid_streams_of_every_p
         );
         assert!(!c.what.is_empty(), "{}: say what it is", c.id);
     }
-    let planned: Vec<Vec<Planned>> = cases.iter().enumerate().map(|(_, c)| c.plan()).collect();
+    let planned: Vec<Vec<Planned>> = cases.iter().map(Case::plan).collect();
     let classes: BTreeSet<&str> = cases.iter().map(|c| c.class.as_str()).collect();
     for want in [
         "providers",
