@@ -28,6 +28,8 @@ fn config() -> Config {
         gap_timeout_ms: GAP,
         idle_timeout_ms: IDLE,
         orphan_grace_ms: GRACE,
+        // smaller than the workload's messages: states are evicted and read back throughout
+        message_cache_entries: 2,
         ..Config::default()
     }
 }
