@@ -7,7 +7,7 @@
 
 use super::{HistoryFormat, META_SYNTHETIC_ID};
 use crate::call::{parse_arguments, CallOutcome, CallStatus, ToolCall, ToolResult, ARGUMENT_DEPTH};
-use crate::depth::{value_depth, MAX_ARGUMENT_DEPTH};
+use crate::depth::{drop_deep, value_depth, MAX_ARGUMENT_DEPTH, MAX_JSON_DEPTH};
 use crate::error::excerpt;
 use crate::event::synthetic_call_id;
 use crate::snapshot::{MessageSnapshot, MessageStatus};
@@ -126,9 +126,16 @@ impl Builder {
         arguments: Value,
         metadata: Map<String, Value>,
     ) {
-        let raw = arguments.to_string();
-        if value_depth(&arguments) > MAX_ARGUMENT_DEPTH {
-            // As the assembler would judge the same text: `invalid`, raw text kept.
+        let depth = value_depth(&arguments);
+        if depth > MAX_ARGUMENT_DEPTH {
+            // As the assembler would judge the same text: `invalid`, the text kept when it can
+            // be rendered without recursing deeper than serde_json parses.
+            let raw = if depth <= MAX_JSON_DEPTH {
+                arguments.to_string()
+            } else {
+                String::new()
+            };
+            drop_deep(arguments);
             let reason = Some(ARGUMENT_DEPTH.to_string());
             self.push(
                 id,
@@ -141,6 +148,7 @@ impl Builder {
             );
             return;
         }
+        let raw = arguments.to_string();
         self.push(
             id,
             name,
@@ -241,4 +249,47 @@ pub fn content_text(content: &Value) -> String {
 /// The string at `key` of `v`, if present and a string.
 pub fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::parse_history;
+    use serde_json::json;
+
+    fn nested(levels: usize) -> Value {
+        let mut v = json!(1);
+        for _ in 0..levels {
+            v = Value::Array(vec![v]);
+        }
+        v
+    }
+
+    fn anthropic_call(input: Value) -> Vec<Value> {
+        vec![json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"x": input}}
+        ]})]
+    }
+
+    #[test]
+    fn history_arguments_deeper_than_64_levels_parse_as_invalid_argument_depth() {
+        // `{"x": <levels>}`: one level more than `levels`
+        for (levels, want) in [
+            (63, None),
+            (64, Some(ARGUMENT_DEPTH)),
+            (120, Some(ARGUMENT_DEPTH)),
+        ] {
+            let snaps =
+                parse_history(HistoryFormat::Anthropic, &anthropic_call(nested(levels))).unwrap();
+            let call = &snaps[0].calls[0];
+            assert_eq!(call.reason.as_deref(), want, "{levels} levels");
+            let status = if want.is_some() {
+                CallStatus::Invalid
+            } else {
+                CallStatus::Completed
+            };
+            assert_eq!(call.status, status);
+            assert!(!call.tool_call.raw_arguments.is_empty());
+        }
+    }
 }
