@@ -6,10 +6,19 @@
 
 mod common;
 
-use assembler::{Config, Control, Store};
+use assembler::{Applied, Config, Control, Store, StoreError};
 use chunk_model::{CallStatus, Event, EventType, MessageStatus};
 use common::*;
 use serde_json::json;
+
+/// The input was applied (not dead-lettered).
+fn ok(r: Result<Applied, StoreError>) {
+    let applied = r.unwrap();
+    assert!(
+        !matches!(applied, Applied::DeadLettered { .. }),
+        "{applied:?}"
+    );
+}
 
 fn store() -> Store {
     Store::open_temporary(Config::default()).unwrap()
@@ -43,7 +52,7 @@ fn a_call_completes_with_its_whole_text_after_its_pieces_were_evicted() {
     let (text, parts) = fragments(500);
     let mut seq = 0;
     let mut apply = |body: &[u8]| {
-        s.apply(&chunk("c", "m", seq, body), 0).unwrap();
+        ok(s.apply(&chunk("c", "m", seq, body), 0));
         seq += 1;
     };
     apply(&oa_delta(0, Some("call_a"), Some("lookup"), ""));
@@ -78,7 +87,7 @@ fn an_open_call_survives_a_restart_and_completes_with_its_whole_text() {
     let half = parts.len() / 2;
     {
         let s = Store::open(&path, Config::default()).unwrap();
-        s.apply(
+        ok(s.apply(
             &chunk(
                 "c",
                 "m",
@@ -86,14 +95,12 @@ fn an_open_call_survives_a_restart_and_completes_with_its_whole_text() {
                 &oa_delta(0, Some("call_a"), Some("lookup"), ""),
             ),
             0,
-        )
-        .unwrap();
+        ));
         for (i, p) in parts.iter().take(half).enumerate() {
-            s.apply(
+            ok(s.apply(
                 &chunk("c", "m", 1 + i as u64, &oa_delta(0, None, None, p)),
                 0,
-            )
-            .unwrap();
+            ));
         }
         s.flush().unwrap();
     }
@@ -105,15 +112,13 @@ fn an_open_call_survives_a_restart_and_completes_with_its_whole_text() {
         parts[..half].concat()
     );
     for (i, p) in parts.iter().enumerate().skip(half) {
-        s.apply(
+        ok(s.apply(
             &chunk("c", "m", 1 + i as u64, &oa_delta(0, None, None, p)),
             0,
-        )
-        .unwrap();
+        ));
     }
     let end = 1 + parts.len() as u64;
-    s.apply(&chunk("c", "m", end, &oa_finish("tool_calls")), 0)
-        .unwrap();
+    ok(s.apply(&chunk("c", "m", end, &oa_finish("tool_calls")), 0));
     let done = call_events(&s, EventType::ToolCallCompleted);
     assert_eq!(done.len(), 1);
     assert_eq!(raw(&done[0]), text);
@@ -124,7 +129,7 @@ fn pieces_staged_by_the_commit_that_ends_the_call_are_part_of_its_text() {
     // seq 1..=3 arrive late: 2 and 3 (the finish) are parked, 1 fills the gap, and one commit
     // appends 1 and 2 and then ends the call: its pieces are not in storage yet.
     let s = store();
-    s.apply(
+    ok(s.apply(
         &chunk(
             "c",
             "m",
@@ -132,15 +137,11 @@ fn pieces_staged_by_the_commit_that_ends_the_call_are_part_of_its_text() {
             &oa_delta(0, Some("call_a"), Some("lookup"), "{\"a\":"),
         ),
         0,
-    )
-    .unwrap();
+    ));
     s.flush().unwrap();
-    s.apply(&chunk("c", "m", 3, &oa_finish("tool_calls")), 0)
-        .unwrap();
-    s.apply(&chunk("c", "m", 2, &oa_delta(0, None, None, "\"y\"}")), 0)
-        .unwrap();
-    s.apply(&chunk("c", "m", 1, &oa_delta(0, None, None, "1,\"b\":")), 0)
-        .unwrap();
+    ok(s.apply(&chunk("c", "m", 3, &oa_finish("tool_calls")), 0));
+    ok(s.apply(&chunk("c", "m", 2, &oa_delta(0, None, None, "\"y\"}")), 0));
+    ok(s.apply(&chunk("c", "m", 1, &oa_delta(0, None, None, "1,\"b\":")), 0));
     let done = call_events(&s, EventType::ToolCallCompleted);
     assert_eq!(done.len(), 1, "{:?}", types(&s));
     assert_eq!(raw(&done[0]), "{\"a\":1,\"b\":\"y\"}");
@@ -149,7 +150,7 @@ fn pieces_staged_by_the_commit_that_ends_the_call_are_part_of_its_text() {
 #[test]
 fn a_snapshot_of_an_open_call_shows_its_text_so_far() {
     let s = store();
-    s.apply(
+    ok(s.apply(
         &chunk(
             "c",
             "m",
@@ -157,10 +158,8 @@ fn a_snapshot_of_an_open_call_shows_its_text_so_far() {
             &oa_delta(0, Some("call_a"), Some("lookup"), "{\"q\""),
         ),
         0,
-    )
-    .unwrap();
-    s.apply(&chunk("c", "m", 1, &oa_delta(0, None, None, ":\"abc")), 0)
-        .unwrap();
+    ));
+    ok(s.apply(&chunk("c", "m", 1, &oa_delta(0, None, None, ":\"abc")), 0));
     let snap = s.message_snapshot("c", "m").unwrap().unwrap();
     assert_eq!(snap.calls[0].status, CallStatus::Streaming);
     assert_eq!(snap.calls[0].tool_call.raw_arguments, "{\"q\":\"abc");
@@ -171,13 +170,11 @@ fn a_snapshot_of_an_open_call_shows_its_text_so_far() {
 #[test]
 fn text_sent_before_the_name_is_in_the_started_event() {
     let s = store();
-    s.apply(&chunk("c", "m", 0, &oa_delta(0, None, None, "{\"k\":")), 0)
-        .unwrap();
-    s.apply(&chunk("c", "m", 1, &oa_delta(0, None, None, "2")), 0)
-        .unwrap();
+    ok(s.apply(&chunk("c", "m", 0, &oa_delta(0, None, None, "{\"k\":")), 0));
+    ok(s.apply(&chunk("c", "m", 1, &oa_delta(0, None, None, "2")), 0));
     s.flush().unwrap();
     assert!(call_events(&s, EventType::ToolCallStarted).is_empty());
-    s.apply(
+    ok(s.apply(
         &chunk(
             "c",
             "m",
@@ -185,13 +182,11 @@ fn text_sent_before_the_name_is_in_the_started_event() {
             &oa_delta(0, Some("call_a"), Some("lookup"), "}"),
         ),
         0,
-    )
-    .unwrap();
+    ));
     let started = call_events(&s, EventType::ToolCallStarted);
     assert_eq!(started.len(), 1);
     assert_eq!(raw(&started[0]), "{\"k\":2");
-    s.apply(&chunk("c", "m", 3, &oa_finish("tool_calls")), 0)
-        .unwrap();
+    ok(s.apply(&chunk("c", "m", 3, &oa_finish("tool_calls")), 0));
     let done = call_events(&s, EventType::ToolCallCompleted);
     assert_eq!(raw(&done[0]), "{\"k\":2}");
 }
@@ -203,7 +198,7 @@ fn a_call_pushed_over_the_argument_limit_ends_invalid_with_its_text_so_far() {
         ..Config::default()
     };
     let s = Store::open_temporary(config).unwrap();
-    s.apply(
+    ok(s.apply(
         &chunk(
             "c",
             "m",
@@ -211,16 +206,13 @@ fn a_call_pushed_over_the_argument_limit_ends_invalid_with_its_text_so_far() {
             &oa_delta(0, Some("call_a"), Some("lookup"), "{\"q\":\""),
         ),
         0,
-    )
-    .unwrap();
-    s.apply(
+    ));
+    ok(s.apply(
         &chunk("c", "m", 1, &oa_delta(0, None, None, "0123456789")),
         0,
-    )
-    .unwrap();
+    ));
     s.flush().unwrap();
-    s.apply(&chunk("c", "m", 2, &oa_delta(0, None, None, "abcdef")), 0)
-        .unwrap();
+    ok(s.apply(&chunk("c", "m", 2, &oa_delta(0, None, None, "abcdef")), 0));
     let invalid = call_events(&s, EventType::ToolCallInvalid);
     assert_eq!(invalid.len(), 1);
     assert_eq!(invalid[0].reason.as_deref(), Some("argument_limit"));
@@ -232,22 +224,20 @@ fn idle_and_ended_streams_abandon_calls_with_their_whole_text() {
     let s = store();
     let (text, parts) = fragments(40);
     for (msg, ctl) in [("idle", false), ("ended", true)] {
-        s.apply(
+        ok(s.apply(
             &chunk("c", msg, 0, &oa_delta(0, Some(msg), Some("lookup"), "")),
             0,
-        )
-        .unwrap();
+        ));
         for (i, p) in parts.iter().enumerate() {
-            s.apply(
+            ok(s.apply(
                 &chunk("c", msg, 1 + i as u64, &oa_delta(0, None, None, p)),
                 0,
-            )
-            .unwrap();
+            ));
         }
         if ctl {
             let mut end = chunk("c", msg, 1 + parts.len() as u64, b"");
             end.control = Some(Control::End);
-            s.apply(&end, 0).unwrap();
+            ok(s.apply(&end, 0));
         }
     }
     s.flush().unwrap();
@@ -275,7 +265,7 @@ fn streams_go_on_after_their_message_states_were_evicted_from_the_cache() {
     for (seq, body) in bodies.iter().enumerate() {
         for m in msgs {
             for store in [&s, &reference] {
-                store.apply(&chunk("c", m, seq as u64, body), 0).unwrap();
+                ok(store.apply(&chunk("c", m, seq as u64, body), 0));
             }
         }
         if seq == 2 {
