@@ -32,6 +32,9 @@ pub struct ResultPlan {
     pub before_call: bool,
 }
 
+/// Results with their results-subject sequence numbers.
+pub type Sequenced<'a> = Vec<(u64, &'a ResultPlan)>;
+
 /// One message of the workload.
 #[derive(Debug, Clone)]
 pub struct MessagePlan {
@@ -72,7 +75,7 @@ impl MessagePlan {
 
     /// Results published before the first chunk, then those published after the last one
     /// (none after when the producer stops mid-stream), with their results-subject sequence.
-    pub fn results_in_order(&self) -> (Vec<(u64, &ResultPlan)>, Vec<(u64, &ResultPlan)>) {
+    pub fn results_in_order(&self) -> (Sequenced<'_>, Sequenced<'_>) {
         let mut seq = 0u64;
         let mut before = Vec::new();
         for r in self.results.iter().filter(|r| r.before_call) {
@@ -627,16 +630,17 @@ fn completed_wire_ids(root: &Path, provider: &str, path: &Path) -> Result<Vec<St
 }
 
 fn results_for(rng: &mut Rng, spec: &WorkloadSpec, calls: &[Call]) -> Vec<ResultPlan> {
-    calls
-        .iter()
-        .filter_map(|c| {
-            rng.chance(spec.result_share).then(|| ResultPlan {
+    let mut results = Vec::new();
+    for c in calls {
+        if rng.chance(spec.result_share) {
+            results.push(ResultPlan {
                 tool_call_id: c.id.clone(),
                 output: output(rng),
                 before_call: rng.chance(spec.before_share),
-            })
-        })
-        .collect()
+            });
+        }
+    }
+    results
 }
 
 fn output(rng: &mut Rng) -> String {
