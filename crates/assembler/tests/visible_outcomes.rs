@@ -177,3 +177,28 @@ fn a_stream_that_never_named_a_provider_emits_no_message_with_a_null_provider() 
         assert!(ev.provider.is_some(), "an event without a provider: {ev:?}");
     }
 }
+
+/// Found by cargo fuzz (fuzz/regressions/assembler/…same-id-twice…): a second result for an
+/// id whose first result was already orphaned was orphaned again under the same event id.
+#[test]
+fn a_second_result_for_an_orphaned_id_does_not_emit_the_orphan_event_twice() {
+    let cfg = assembler::Config {
+        orphan_grace_ms: 1_000,
+        ..assembler::Config::default()
+    };
+    let s = Store::open_temporary(cfg).unwrap();
+    let first = br#"{"tool_call_id":"call_x","output":"one"}"#;
+    let second = br#"{"tool_call_id":"call_x","output":"two"}"#;
+    let _ = s.apply(&result("c", "m", 0, first), 0).unwrap();
+    let _ = s.tick(5_000).unwrap();
+    let _ = s.apply(&result("c", "m", 1, second), 6_000).unwrap();
+    let _ = s.tick(20_000).unwrap();
+    let orphaned: Vec<_> = events(&s)
+        .into_iter()
+        .filter(|e| e.event_type == EventType::ToolResultOrphaned)
+        .collect();
+    assert_eq!(orphaned.len(), 1, "{orphaned:?}");
+    let ids: std::collections::BTreeSet<_> =
+        events(&s).iter().map(|e| e.event_id.clone()).collect();
+    assert_eq!(ids.len(), events(&s).len(), "every event id once");
+}

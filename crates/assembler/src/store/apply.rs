@@ -642,6 +642,16 @@ pub(crate) fn orphan(txn: &mut Txn<'_>, conv: &str, id: &str) -> Result<(), Stor
     };
     let pending: PendingResult = from_bytes("results", &bytes)?;
     let result = take_result(txn, conv, id, &pending)?;
+    // A result for an id whose earlier result was already orphaned in this message: the
+    // first stays (as for matched results), and the event is not emitted twice (found by
+    // cargo fuzz: the same event_id was written again).
+    let already = txn
+        .message_mut(conv, &pending.message_id)?
+        .is_some_and(|m| m.orphaned_results.iter().any(|r| r.tool_call_id == id));
+    if already {
+        txn.results_delete(pkey);
+        return Ok(());
+    }
     let provider = txn.conversation_provider(conv)?;
     let ev = emit::result_event(
         conv,
