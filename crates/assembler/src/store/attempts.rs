@@ -39,7 +39,11 @@ fn stops_of(storage: &dyn Storage, stream_seq: u64) -> Result<u32, StoreError> {
 /// At open: a note left by a process that stopped mid-attempt becomes one more stop of that
 /// input (made durable at once, so it is counted once).
 pub(crate) fn recover(storage: &dyn Storage) -> Result<(), StoreError> {
-    let Some(seq) = storage.get(Space::Meta, ATTEMPT)?.as_deref().and_then(read_u64) else {
+    let Some(seq) = storage
+        .get(Space::Meta, ATTEMPT)?
+        .as_deref()
+        .and_then(read_u64)
+    else {
         return Ok(());
     };
     let stops = stops_of(storage, seq)?.saturating_add(1);
@@ -61,7 +65,11 @@ impl Store {
         let storage = self.storage.as_ref();
         let stops = stops_of(storage, stream_seq)?;
         let mut w = WriteSet::default();
-        w.put(Space::Meta, ATTEMPT.to_vec(), stream_seq.to_be_bytes().to_vec());
+        w.put(
+            Space::Meta,
+            ATTEMPT.to_vec(),
+            stream_seq.to_be_bytes().to_vec(),
+        );
         storage.commit(w)?;
         self.flush()?;
         Ok(stops)
