@@ -119,12 +119,13 @@ fn openai_arguments_nested_100000_deep_end_the_call_invalid_argument_depth_not_a
 
 #[test]
 fn arguments_deeper_than_64_levels_are_refused_so_the_stored_message_reads_back() {
-    // 120 levels parse with serde_json's defaults, but the message record and
-    // message.completed nest them 3-4 levels deeper, past what any reader accepts.
+    // 126 levels parse with serde_json's defaults (127), but the message record nests
+    // arguments 3 levels deeper and message.completed 4: past what any reader accepts, so
+    // such a call used to complete into a record the store could not read back.
     for (levels, want) in [
         (64, ("tool_call.completed", None)),
         (65, ("tool_call.invalid", Some("argument_depth"))),
-        (120, ("tool_call.invalid", Some("argument_depth"))),
+        (126, ("tool_call.invalid", Some("argument_depth"))),
     ] {
         let store = Store::open_temporary(Config::default()).unwrap();
         let body = oa_delta(0, Some("call_1"), Some("f"), &nested(levels));
