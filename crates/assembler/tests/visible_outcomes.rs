@@ -202,3 +202,31 @@ fn a_second_result_for_an_orphaned_id_does_not_emit_the_orphan_event_twice() {
         events(&s).iter().map(|e| e.event_id.clone()).collect();
     assert_eq!(ids.len(), events(&s).len(), "every event id once");
 }
+
+/// The fuzzer's own input (fuzz/regressions/assembler/orphaned-result-for-the-same-id-twice-…):
+/// a finished empty result, orphaned; then a streamed piece for the same id, orphaned again.
+#[test]
+fn a_streamed_piece_after_an_orphaned_result_does_not_reuse_its_event_id() {
+    let cfg = assembler::Config {
+        orphan_grace_ms: 10_000,
+        ..assembler::Config::default()
+    };
+    let s = Store::open_temporary(cfg).unwrap();
+    let _ = s
+        .apply(
+            &result("c", "m", 0, br#"{"tool_call_id":"x","done":true}"#),
+            1,
+        )
+        .unwrap();
+    let _ = s.tick(15_801).unwrap();
+    let _ = s
+        .apply(
+            &result("c", "m", 1, br#"{"tool_call_id":"x","delta":"aaa"}"#),
+            15_802,
+        )
+        .unwrap();
+    let _ = s.tick(27_301).unwrap();
+    let all = events(&s);
+    let ids: std::collections::BTreeSet<_> = all.iter().map(|e| e.event_id.clone()).collect();
+    assert_eq!(ids.len(), all.len(), "every event id once: {all:#?}");
+}
