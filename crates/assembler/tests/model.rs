@@ -397,6 +397,15 @@ impl Model {
             }
             let (p, _) = self.pending.remove(&id).unwrap();
             let result = p.to_result(&id);
+            // a second result orphaned under an id this message already orphaned: the first
+            // stays, no second event with the same id
+            if self
+                .msgs
+                .get(&p.message_id)
+                .is_some_and(|m| m.orphaned_results.iter().any(|r| r.tool_call_id == id))
+            {
+                continue;
+            }
             let provider = self.msgs.values().find_map(|m| m.provider);
             self.events.push(emit::result_event(
                 "c",
