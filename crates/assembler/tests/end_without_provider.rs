@@ -7,21 +7,8 @@
 
 mod common;
 
-use assembler::{Applied, Control, OutboxKind, Seq, Store};
+use assembler::{Applied, Control, Seq, Store};
 use common::*;
-
-fn dead_reasons(s: &Store) -> Vec<String> {
-    durable_rows(s, 1_000)
-        .into_iter()
-        .filter(|r| r.kind == OutboxKind::DeadLetter)
-        .filter_map(|r| {
-            r.headers
-                .iter()
-                .find(|(h, _)| h == "Toolstream-Reason")
-                .map(|(_, v)| v.clone())
-        })
-        .collect()
-}
 
 #[test]
 fn an_end_on_a_stream_without_any_provider_is_a_no_provider_dead_letter() {

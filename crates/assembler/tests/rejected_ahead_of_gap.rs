@@ -11,10 +11,6 @@ use assembler::Applied;
 use chunk_model::EventType;
 use common::*;
 
-fn is_dead(applied: &Applied, prefix: &str) -> bool {
-    matches!(applied, Applied::DeadLettered { reason } if reason.starts_with(prefix))
-}
-
 #[test]
 fn chunks_behind_a_rejected_chunk_ahead_of_a_gap_are_stream_closed_not_duplicates() {
     let s = assembler::Store::open_temporary(assembler::Config::default()).unwrap();

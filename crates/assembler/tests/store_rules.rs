@@ -101,23 +101,6 @@ fn an_unfilled_gap_abandons_open_calls_with_reason_gap_and_discards_parked_chunk
     assert_eq!(events(&s).len(), before);
 }
 
-/// (reason, payload) of every dead-letter row in the outbox.
-fn dead_letters(s: &Store) -> Vec<(String, Vec<u8>)> {
-    common::durable_rows(s, 1_000)
-        .into_iter()
-        .filter(|r| r.kind == OutboxKind::DeadLetter)
-        .map(|r| {
-            let reason = r
-                .headers
-                .iter()
-                .find(|(h, _)| h == "Toolstream-Reason")
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default();
-            (reason, r.payload)
-        })
-        .collect()
-}
-
 #[test]
 fn an_undecodable_chunk_in_the_middle_of_a_call_ends_it_lost_chunk_never_completed() {
     let s = store();

@@ -4,29 +4,12 @@
 
 mod common;
 
-use assembler::{Applied, Control, Input, OutboxKind, Seq, Store};
+use assembler::{Applied, Control, Input, Seq, Store};
 use chunk_model::{CallStatus, EventType};
 use common::*;
 
 fn store() -> Store {
     Store::open_temporary(assembler::Config::default()).unwrap()
-}
-
-fn dead_reasons(s: &Store) -> Vec<String> {
-    durable_rows(s, 1_000)
-        .into_iter()
-        .filter(|r| r.kind == OutboxKind::DeadLetter)
-        .filter_map(|r| {
-            r.headers
-                .iter()
-                .find(|(h, _)| h == "Toolstream-Reason")
-                .map(|(_, v)| v.clone())
-        })
-        .collect()
-}
-
-fn is_dead(applied: &Applied, prefix: &str) -> bool {
-    matches!(applied, Applied::DeadLettered { reason } if reason.starts_with(prefix))
 }
 
 #[test]

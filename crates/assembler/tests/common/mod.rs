@@ -107,3 +107,33 @@ pub fn reopen(path: &std::path::Path, config: assembler::Config) -> Store {
     }
     panic!("cannot reopen {}: {last:?}", path.display());
 }
+
+/// (reason, payload) of every dead-letter row in the outbox, in row order.
+pub fn dead_letters(store: &Store) -> Vec<(String, Vec<u8>)> {
+    durable_rows(store, 1_000)
+        .into_iter()
+        .filter(|r| r.kind == OutboxKind::DeadLetter)
+        .map(|r| {
+            let reason = r
+                .headers
+                .iter()
+                .find(|(h, _)| h == "Toolstream-Reason")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            (reason, r.payload)
+        })
+        .collect()
+}
+
+/// The reasons of every dead-letter row in the outbox, in row order.
+pub fn dead_reasons(store: &Store) -> Vec<String> {
+    dead_letters(store)
+        .into_iter()
+        .map(|(reason, _)| reason)
+        .collect()
+}
+
+/// Whether `applied` is a dead letter whose reason starts with `prefix`.
+pub fn is_dead(applied: &assembler::Applied, prefix: &str) -> bool {
+    matches!(applied, assembler::Applied::DeadLettered { reason } if reason.starts_with(prefix))
+}
