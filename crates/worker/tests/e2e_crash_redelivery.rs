@@ -55,6 +55,32 @@ async fn hold_one_like_a_dead_worker(js: &async_nats::jetstream::Context) -> Str
     seq
 }
 
+/// A server, a worker with `flags`, a client and the OpenAI stream of [`calls`].
+struct Setup {
+    _server: NatsServer,
+    _dir: tempfile::TempDir,
+    worker: Worker,
+    js: async_nats::jetstream::Context,
+    producer: Producer,
+    chunks: Vec<Vec<u8>>,
+}
+
+async fn setup(flags: &[&str]) -> Setup {
+    let server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let worker = Worker::start(&server.url(), &dir.path().join("store"), flags);
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    wait_provisioned(&js, "toolstream").await;
+    Setup {
+        producer: Producer::new(js.clone()),
+        chunks: openai_chat_stream(&calls()),
+        _server: server,
+        _dir: dir,
+        worker,
+        js,
+    }
+}
+
 fn events_of(log: &StreamLog, msg: &str) -> Vec<Value> {
     log.all
         .iter()
@@ -65,14 +91,14 @@ fn events_of(log: &StreamLog, msg: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
-    let flags = ["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT];
-    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &flags);
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
-    let producer = Producer::new(js.clone());
-    let chunks = openai_chat_stream(&calls());
+    let Setup {
+        _server,
+        _dir,
+        mut worker,
+        js,
+        producer,
+        chunks,
+    } = setup(&["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT]).await;
     assert!(chunks.len() > 10, "a long enough stream");
 
     // the first two chunks are applied by the running worker
@@ -131,14 +157,14 @@ async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
 /// ends the stream `gap`, on time, so waiting for redeliveries does not wait forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_that_was_never_published_still_ends_the_stream_gap() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
-    let flags = ["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT];
-    let worker = Worker::start(&server.url(), &dir.path().join("store"), &flags);
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
-    let producer = Producer::new(js.clone());
-    let chunks = openai_chat_stream(&calls());
+    let Setup {
+        _server,
+        _dir,
+        worker,
+        js,
+        producer,
+        chunks,
+    } = setup(&["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT]).await;
     for (seq, body) in chunks.iter().enumerate() {
         if seq != 2 {
             producer
@@ -173,14 +199,14 @@ async fn a_chunk_that_was_never_published_still_ends_the_stream_gap() {
 /// read). Streams are timed by publish time now, and only once the backlog is read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_queued_during_an_outage_longer_than_idle_timeout_is_not_abandoned() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
-    let flags = ["--idle-timeout-ms", "1000"];
-    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &flags);
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
-    let producer = Producer::new(js.clone());
-    let chunks = openai_chat_stream(&calls());
+    let Setup {
+        _server,
+        _dir,
+        mut worker,
+        js,
+        producer,
+        chunks,
+    } = setup(&["--idle-timeout-ms", "1000"]).await;
 
     producer
         .chunk("c1", "m3", "openai-chat", 0, &chunks[0])
