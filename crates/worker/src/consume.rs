@@ -218,14 +218,6 @@ impl Disposition {
     }
 }
 
-impl Disposition {
-    /// Whether a redelivery is pointless because the server will not deliver again: a
-    /// `NakDelay` on the `max_deliver`-th delivery. Such a message is dead-lettered instead.
-    pub fn is_last_chance(self, delivered: i64, max_deliver: i64) -> bool {
-        self == Disposition::NakDelay && max_deliver > 0 && delivered >= max_deliver
-    }
-}
-
 /// Everything the loop needs.
 pub struct ConsumeLoop {
     /// The store (single writer: this loop).
@@ -245,6 +237,46 @@ pub struct ConsumeLoop {
     pub abort_after_flushes: Option<u64>,
     /// The clock of the store's timers (see the module docs).
     pub watermark: Arc<Watermark>,
+    /// Storage failures per input stream sequence, in this process.
+    pub store_failures: StoreFailures,
+}
+
+/// How many times each input failed to be stored in this process (see
+/// [`give_up_on_storage`]).
+#[derive(Debug, Default)]
+pub struct StoreFailures(std::sync::Mutex<std::collections::HashMap<u64, u32>>);
+
+impl StoreFailures {
+    /// Counts one more failure of the input at `seq`; returns the count.
+    fn note(&self, seq: u64) -> u32 {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(seq).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// The input at `seq` was settled.
+    fn forget(&self, seq: u64) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(&seq);
+    }
+}
+
+/// Gives up on an input the store failed to take `failures` times: dead-letters it through the
+/// store (`store_error`, its stream ends `lost_chunk`) and flushes. `Term` when that is
+/// durable, `Ack` when the input turns out to be applied already (a failed flush kept it),
+/// `NakDelay` while the store still fails: then it is tried again later, never dropped.
+fn give_up_on_storage(store: &Store, input: &OwnedInput, failures: u32) -> Disposition {
+    let reason = format!("store_error: not stored after {failures} attempts");
+    let outcome = store.reject(&input.as_input(), &reason, input.published_ms);
+    match (outcome, store.flush()) {
+        (Ok(Applied::DeadLettered { .. }), Ok(())) => Disposition::Term,
+        (Ok(_), Ok(())) => Disposition::Ack,
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "storage still failing; input will be redelivered");
+            Disposition::NakDelay
+        }
+    }
 }
 
 struct Work {
@@ -525,18 +557,28 @@ impl ConsumeLoop {
                 },
                 Err(rejected) => self.dead_letter_now(&w.msg, rejected).await,
             };
-            // The server drops a message after max_deliver deliveries; a message that still
-            // cannot be stored on its last delivery goes to the DLQ instead of vanishing.
-            let delivered = w.msg.info().map(|i| i.delivered).unwrap_or(0);
-            if disposition.is_last_chance(delivered, self.config.max_deliver) {
-                if let Ok(input) = &w.parsed {
-                    let rejected = Rejected {
-                        dlq_subject: self.subjects.dlq(&input.conversation_id, &input.message_id),
-                        reason: format!(
-                            "store_error: not stored after {delivered} deliveries (max_deliver)"
-                        ),
-                    };
-                    disposition = self.dead_letter_now(&w.msg, &rejected).await;
+            // A message the store could not take (storage error, failed flush) is nak'd and
+            // tried again. After max_deliver such failures in this process it is dead-lettered
+            // through the store, which ends its stream (a lost chunk) — and only once the store
+            // takes that: it is never dropped outside the store, and one that a failed flush
+            // left applied is acked as such. (Counted here, not by JetStream's delivery count,
+            // which crashes and ack_wait expiries raise too.)
+            if let Ok(input) = &w.parsed {
+                let seq = input.origin.stream_seq;
+                if disposition == Disposition::NakDelay {
+                    let failures = self.store_failures.note(seq);
+                    if i64::from(failures) >= self.config.max_deliver {
+                        let store = Arc::clone(&self.store);
+                        let input = input.clone();
+                        disposition = tokio::task::spawn_blocking(move || {
+                            give_up_on_storage(&store, &input, failures)
+                        })
+                        .await
+                        .unwrap_or(Disposition::NakDelay);
+                    }
+                }
+                if disposition != Disposition::NakDelay {
+                    self.store_failures.forget(seq);
                 }
             }
             let kind = match disposition {
@@ -841,12 +883,31 @@ mod tests {
     }
 
     #[test]
-    fn a_storage_failure_on_the_last_delivery_is_dead_lettered_not_dropped() {
-        assert!(!Disposition::NakDelay.is_last_chance(1, 5));
-        assert!(!Disposition::NakDelay.is_last_chance(4, 5));
-        assert!(Disposition::NakDelay.is_last_chance(5, 5));
-        assert!(!Disposition::Ack.is_last_chance(5, 5));
-        assert!(!Disposition::Term.is_last_chance(9, 5));
+    fn an_input_the_store_keeps_failing_is_dead_lettered_through_the_store_never_dropped() {
+        // the store takes the dead letter: terminated, and its stream ends lost_chunk
+        let store = flaky_store(0);
+        let first = chunk_input(6);
+        let _ = apply_with_retry(&store, &first);
+        assert_eq!(
+            give_up_on_storage(&store, &chunk_input(7), 5),
+            Disposition::Term
+        );
+        let snap = store
+            .message_snapshot("c", "m")
+            .expect("read")
+            .expect("stored");
+        assert_eq!(snap.finish_reason.as_deref(), Some("lost_chunk"));
+        // the store still fails: nak'd again, not dropped
+        let store = flaky_store(u32::MAX);
+        assert_eq!(
+            give_up_on_storage(&store, &chunk_input(8), 5),
+            Disposition::NakDelay
+        );
+        // applied already (a failed flush kept it): acked, not dead-lettered
+        let store = flaky_store(0);
+        let input = chunk_input(9);
+        let _ = apply_with_retry(&store, &input);
+        assert_eq!(give_up_on_storage(&store, &input, 5), Disposition::Ack);
     }
 
     #[test]

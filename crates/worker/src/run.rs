@@ -299,6 +299,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         config: config.consumer.clone(),
         abort_after_flushes: failpoint("TOOLSTREAM_FAILPOINT_ABORT_AFTER_FLUSHES"),
         watermark,
+        store_failures: Default::default(),
     };
     let consume_handle = tokio::spawn(consume.run(consumers, shutdown.clone()));
 

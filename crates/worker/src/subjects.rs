@@ -92,11 +92,6 @@ impl Subjects {
         vec![format!("{}.dlq.>", self.prefix)]
     }
 
-    /// Where dead letters of a message are published.
-    pub fn dlq(&self, conv: &str, msg: &str) -> String {
-        format!("{}.dlq.{conv}.{msg}", self.prefix)
-    }
-
     /// Where input that cannot be attributed to a message goes.
     pub fn dlq_unroutable(&self) -> String {
         format!("{}.dlq.unroutable", self.prefix)
