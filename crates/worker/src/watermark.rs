@@ -17,7 +17,9 @@
 //! never stalls the consume loop): consumer info gives the ack floor (every delivery up to it
 //! is settled), the pending count and the ack-pending count.
 //! - nothing pending and nothing unacknowledged → caught up: settled up to the wall-clock time
-//!   the question was asked (what is published later is not settled, and is later).
+//!   the question was asked, less [`COMMIT_MARGIN_MS`] (what is published later is later; on
+//!   a clustered stream a message is stamped before its replicas commit it and only then
+//!   counted as pending, and two clocks are never exactly equal: the margin covers both).
 //! - otherwise → settled up to the timestamp of the first message on the consumer's filter
 //!   after the ack floor (the oldest input that may still be outstanding; timestamps grow
 //!   with stream sequence).
@@ -32,6 +34,10 @@ use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Taken off a caught-up reading: the longest a message may be stamped before the consumer
+/// counts it (a clustered stream's commit), plus clock skew between worker and server.
+pub const COMMIT_MARGIN_MS: u64 = 2_000;
 
 /// How far one consumer has settled, as read from the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +60,7 @@ impl Settled {
     #[must_use]
     pub fn bound_ms(self) -> u64 {
         match self {
-            Settled::CaughtUp { asked_at_ms } => asked_at_ms,
+            Settled::CaughtUp { asked_at_ms } => asked_at_ms.saturating_sub(COMMIT_MARGIN_MS),
             Settled::Before {
                 oldest_outstanding_ms,
             } => oldest_outstanding_ms,
@@ -174,12 +180,16 @@ mod tests {
             oldest_outstanding_ms: 1_200,
         });
         assert_eq!(w.advance(&[caught_up, behind]), 1_200);
-        assert_eq!(w.advance(&[caught_up]), 5_000);
+        assert_eq!(
+            w.advance(&[caught_up]),
+            5_000 - COMMIT_MARGIN_MS,
+            "a message stamped just before the question may not be counted yet"
+        );
         assert_eq!(
             w.advance(&[Some(Settled::Before {
                 oldest_outstanding_ms: 3_000
             })]),
-            5_000,
+            5_000 - COMMIT_MARGIN_MS,
             "what was settled stays settled"
         );
     }
