@@ -85,21 +85,24 @@ fn piece_of(key: &[u8]) -> Option<(&[u8], u32)> {
 /// at all ("corrupt snapshot file found, crc does not match expected": sled issue #1527).
 /// Found by the 1,000-kill soak. An unfinished snapshot is never needed: the finished one
 /// before it and the log are what recovery reads.
-fn remove_unfinished_snapshots(path: &Path) -> Result<(), StoreError> {
+/// Returns whether it removed any (then opening is worth another try).
+fn remove_unfinished_snapshots(path: &Path) -> Result<bool, StoreError> {
     let entries = match std::fs::read_dir(path) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(StoreError::from(sled::Error::Io(e))),
     };
+    let mut removed = false;
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if name.starts_with("snap.") && name.ends_with(".generating") {
             tracing::warn!(file = %name, "removing an unfinished sled snapshot left by a crash");
             std::fs::remove_file(entry.path()).map_err(|e| StoreError::from(sled::Error::Io(e)))?;
+            removed = true;
         }
     }
-    Ok(())
+    Ok(removed)
 }
 
 impl SledStorage {
@@ -110,13 +113,21 @@ impl SledStorage {
 
     /// Opens (or creates) the database at `path` with a page cache of `cache_bytes`.
     pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<SledStorage, StoreError> {
-        remove_unfinished_snapshots(path)?;
         // Flushes happen when the caller says so (group commit), not on a background timer.
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(cache_bytes)
-            .flush_every_ms(None)
-            .open()?;
+        let open = || {
+            sled::Config::new()
+                .path(path)
+                .cache_capacity(cache_bytes)
+                .flush_every_ms(None)
+                .open()
+        };
+        let db = match open() {
+            Ok(db) => db,
+            // Only when sled refuses: a live worker's snapshot in progress is never touched
+            // (sled holds its lock then, and this open fails on the lock, not on corruption).
+            Err(sled::Error::Corruption { .. }) if remove_unfinished_snapshots(path)? => open()?,
+            Err(e) => return Err(e.into()),
+        };
         SledStorage::with_db(db)
     }
 
