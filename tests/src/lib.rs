@@ -19,6 +19,16 @@
 //!
 //! Also here: [`recordings_dir`], the recorded provider streams under the repository's
 //! `tests/recordings/`.
+//!
+//! ## Layout
+//! - `lib.rs` — [`NatsServer`], the server releases, free ports, recordings.
+//! - `cluster.rs` — [`NatsCluster`]: three JetStream nodes, SIGKILL and restart of one.
+//! - `harness.rs` — the worker binary as a child process (kill, restart, logs, metrics), a
+//!   producer, a stream reader, generated OpenAI/Anthropic streams, message checks.
+//! - `fault/` — the fault suite's seeded workload (`workload.rs`), its crash-free reference
+//!   (`reference.rs`), the checker of events, dead letters and snapshots (`checker.rs`), and
+//!   the killer (`kill.rs`).
+//! - `bin/soak.rs` — the soak: the workload and checker for many kills (README).
 pub mod fault;
 pub mod harness;
 

@@ -21,6 +21,8 @@
 //!   - `store::apply` — ordering, decoding, stepping the core, results, dead letters.
 //!   - `store::retention` — deleting completed messages after `retention_ms` (the
 //!     [`storage::Space::Done`] index, stream tombstones, what happens on redelivery).
+//!   - `store::attempts` — the durable note of an input applied alone, and the stops of the
+//!     process while applying it (poison detection, see the worker's consume loop).
 //!   - `store::tick`, `store::snapshot`, `store::txn` (a unit of work), `store::inner`
 //!     (cache and timer indexes, rebuilt from storage), [`store::records`].
 //! - [`storage`] — the storage seam with its written contract (what `commit` makes atomic,

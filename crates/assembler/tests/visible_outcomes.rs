@@ -213,3 +213,21 @@ fn a_streamed_piece_after_an_orphaned_result_does_not_reuse_its_event_id() {
     let ids: std::collections::BTreeSet<_> = all.iter().map(|e| e.event_id.clone()).collect();
     assert_eq!(ids.len(), all.len(), "every event id once: {all:#?}");
 }
+
+/// From review: a number taken by a dead-lettered input recorded no fingerprint, so other
+/// bytes sent later under it were a silent duplicate instead of a conflicting one.
+#[test]
+fn other_bytes_under_a_dead_lettered_number_are_a_conflicting_duplicate() {
+    let s = store();
+    let b = two_call_stream();
+    let _ = s.apply(&chunk("c", "m", 0, &b[0]), 0).unwrap();
+    let v = s.apply(&chunk("c", "m", 1, b"{not json"), 0).unwrap();
+    assert!(is_dead(&v, "decode_error"), "{v:?}");
+    assert_eq!(
+        s.apply(&chunk("c", "m", 1, b"{not json"), 0).unwrap(),
+        Applied::Duplicate,
+        "the same bytes again are a redelivery"
+    );
+    let v = s.apply(&chunk("c", "m", 1, &b[1]), 0).unwrap();
+    assert!(is_dead(&v, "conflicting_duplicate"), "{v:?}");
+}

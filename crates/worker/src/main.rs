@@ -14,7 +14,9 @@
 //!   - `consume` — fetch → apply (redelivered inputs alone, behind a note: poison) → flush →
 //!     ack; `watermark` — the settled watermark, the clock of the store's timers;
 //!   - `relay_task` (the outbox relay), `query` (snapshots, history), `http` + `metrics`,
-//!     `shutdown` (the one stop path), `subjects`, `redact` (what logs may show).
+//!     `shutdown` (the one stop path), `subjects`, `redact` (what logs may show),
+//!     `private_dir` (the data directory, created 0700), `duration` (human durations).
+//! - `publish/msg_id` — the one builder of unambiguous `Nats-Msg-Id`s.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -104,6 +104,7 @@ fn admit(
         Admission::Duplicate => duplicate(txn, &skey, &item),
         Admission::Closed => {
             txn.stream_mut(&skey)?.consumed(input.seq, now);
+            record_seen(txn, &skey, &item);
             Ok(dead_letter(
                 txn,
                 &item,
@@ -194,6 +195,7 @@ fn lose(
     now: u64,
 ) -> Result<Applied, StoreError> {
     let verdict = dead_letter(txn, item, reason);
+    record_seen(txn, skey, item);
     {
         let st = txn.stream_mut(skey)?;
         if st.provider.is_none() {
@@ -231,6 +233,19 @@ fn numbered_unlike_its_stream(st: &core::StreamState, item: &Item<'_>) -> Option
             "unexpected_seq: a Toolstream-Seq on a chunk of a stream whose chunks are not numbered",
         ),
         _ => None,
+    }
+}
+
+/// Records the fingerprint of the input a producer number was taken by (applied or
+/// dead-lettered), so that other bytes under that number later are a conflicting duplicate.
+fn record_seen(txn: &mut Txn<'_>, skey: &[u8], item: &Item<'_>) {
+    if let Seq::Producer(s) = item.seq {
+        let fp = fingerprint(item.control, item.body);
+        txn.writes.put(
+            Space::Seen,
+            keys::parked(skey, s),
+            fp.to_be_bytes().to_vec(),
+        );
     }
 }
 
@@ -368,14 +383,7 @@ fn apply_item(
         item.provider = item.provider.or(st.provider);
         st.consumed(item.seq, now);
     }
-    if let Seq::Producer(s) = item.seq {
-        let fp = fingerprint(item.control, item.body);
-        txn.writes.put(
-            Space::Seen,
-            keys::parked(skey, s),
-            fp.to_be_bytes().to_vec(),
-        );
-    }
+    record_seen(txn, skey, &item);
     match item.kind {
         InputKind::Chunk => apply_chunk(txn, skey, &item, now),
         InputKind::Result => apply_result(txn, &item, now),
