@@ -83,11 +83,13 @@ pub fn desired_streams(config: &Config, subjects: &Subjects) -> [stream::Config;
         "toolstream events: completed tool calls and results",
     );
     events.duplicate_window = config.streams.duplicate_window.get();
-    let dlq = base(
+    let mut dlq = base(
         &config.streams.dlq,
         subjects.dlq_stream_subjects(),
         "toolstream dead letters: input that could not be assembled",
     );
+    // the relay re-publishes a dead-letter row whose PubAck was lost, like an event row
+    dlq.duplicate_window = config.streams.duplicate_window.get();
     [input, events, dlq]
 }
 
