@@ -81,6 +81,18 @@ async fn setup(flags: &[&str]) -> Setup {
     }
 }
 
+/// Waits (bounded) until the events stream holds an event of type `ty`.
+async fn wait_for(events: &mut StreamLog, ty: &str, limit: Duration, worker: &Worker) {
+    events
+        .until(
+            limit,
+            ty,
+            |all| all.iter().any(|r| r.json()["type"] == ty),
+            || worker.log(),
+        )
+        .await;
+}
+
 fn events_of(log: &StreamLog, msg: &str) -> Vec<Value> {
     log.all
         .iter()
@@ -108,14 +120,13 @@ async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
             .await;
     }
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
-    events
-        .until(
-            Duration::from_secs(20),
-            "tool_call.started",
-            |all| all.iter().any(|r| r.json()["type"] == "tool_call.started"),
-            || worker.log(),
-        )
-        .await;
+    wait_for(
+        &mut events,
+        "tool_call.started",
+        Duration::from_secs(20),
+        &worker,
+    )
+    .await;
 
     // the worker dies; its pull requests expire on the server
     worker.kill();
@@ -136,14 +147,13 @@ async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
     worker.restart();
     worker.wait_ready();
 
-    events
-        .until(
-            Duration::from_secs(40),
-            "message.completed of m1",
-            |all| all.iter().any(|r| r.json()["type"] == "message.completed"),
-            || worker.log(),
-        )
-        .await;
+    wait_for(
+        &mut events,
+        "message.completed",
+        Duration::from_secs(40),
+        &worker,
+    )
+    .await;
     let of_m1 = events_of(&events, "m1");
     let types: Vec<&str> = of_m1.iter().filter_map(|e| e["type"].as_str()).collect();
     assert!(
@@ -215,14 +225,13 @@ async fn a_stream_queued_during_an_outage_longer_than_idle_timeout_is_not_abando
         .chunk("c1", "m3", "openai-chat", 1, &chunks[1])
         .await;
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
-    events
-        .until(
-            Duration::from_secs(20),
-            "tool_call.started",
-            |all| all.iter().any(|r| r.json()["type"] == "tool_call.started"),
-            || worker.log(),
-        )
-        .await;
+    wait_for(
+        &mut events,
+        "tool_call.started",
+        Duration::from_secs(20),
+        &worker,
+    )
+    .await;
     // an outage: the worker is gone while the producer finishes the stream at once
     worker.kill();
     for (seq, body) in chunks.iter().enumerate().skip(2) {
@@ -233,14 +242,13 @@ async fn a_stream_queued_during_an_outage_longer_than_idle_timeout_is_not_abando
     // ... and stays gone three idle timeouts
     tokio::time::sleep(Duration::from_secs(3)).await;
     worker.restart();
-    events
-        .until(
-            Duration::from_secs(30),
-            "message.completed of m3",
-            |all| all.iter().any(|r| r.json()["type"] == "message.completed"),
-            || worker.log(),
-        )
-        .await;
+    wait_for(
+        &mut events,
+        "message.completed",
+        Duration::from_secs(30),
+        &worker,
+    )
+    .await;
     let of_m3 = events_of(&events, "m3");
     check_message(&of_m3, &calls()).unwrap_or_else(|e| panic!("{e}: {of_m3:#?}"));
 }
