@@ -98,6 +98,32 @@ async fn run(
     }
 }
 
+/// The workload of [`spec`] published with `misbehaviour` on each server release, checked
+/// exactly against its reference.
+async fn misbehaving_producer_changes_nothing(
+    tag: &'static str,
+    name: &'static str,
+    misbehaviour: Misbehaviour,
+) {
+    on_each_server(|server| {
+        let misbehaviour = misbehaviour.clone();
+        async move {
+            let workload = Workload::build(&spec(tag, seed())).unwrap();
+            let run = run(
+                server,
+                name,
+                &workload,
+                &misbehaviour,
+                &[],
+                &assembler::Config::default(),
+            )
+            .await;
+            assert_ok(&run);
+        }
+    })
+    .await;
+}
+
 fn assert_ok(run: &Run) {
     assert!(
         run.report.ok(),
@@ -109,71 +135,41 @@ fn assert_ok(run: &Run) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_chunks_with_new_msg_ids_change_nothing() {
-    on_each_server(|server| async move {
-        let seed = seed();
-        let workload = Workload::build(&spec("dup", seed)).unwrap();
-        let misbehaviour = Misbehaviour {
+    misbehaving_producer_changes_nothing(
+        "dup",
+        "duplicates",
+        Misbehaviour {
             duplicate_share: 0.33,
             ..Misbehaviour::default()
-        };
-        let run = run(
-            server,
-            "duplicates",
-            &workload,
-            &misbehaviour,
-            &[],
-            &assembler::Config::default(),
-        )
-        .await;
-        assert_ok(&run);
-    })
+        },
+    )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunks_shuffled_within_a_window_assemble_as_in_order() {
-    on_each_server(|server| async move {
-        let seed = seed();
-        let workload = Workload::build(&spec("reorder", seed)).unwrap();
-        let misbehaviour = Misbehaviour {
+    misbehaving_producer_changes_nothing(
+        "reorder",
+        "reordering",
+        Misbehaviour {
             reorder_window: 8,
             ..Misbehaviour::default()
-        };
-        let run = run(
-            server,
-            "reordering",
-            &workload,
-            &misbehaviour,
-            &[],
-            &assembler::Config::default(),
-        )
-        .await;
-        assert_ok(&run);
-    })
+        },
+    )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivery_storm_of_every_input_changes_nothing() {
-    on_each_server(|server| async move {
-        let seed = seed();
-        let workload = Workload::build(&spec("storm", seed)).unwrap();
-        let misbehaviour = Misbehaviour {
+    misbehaving_producer_changes_nothing(
+        "storm",
+        "storm",
+        Misbehaviour {
             repeat: 5,
             duplicate_share: 0.1,
             reorder_window: 3,
-        };
-        let run = run(
-            server,
-            "storm",
-            &workload,
-            &misbehaviour,
-            &[],
-            &assembler::Config::default(),
-        )
-        .await;
-        assert_ok(&run);
-    })
+        },
+    )
     .await;
 }
 
