@@ -155,9 +155,10 @@ pub async fn run(
         let mut readings = Vec::with_capacity(consumers.len());
         for consumer in &consumers {
             // a server that does not answer must not hold the loop past the next round
-            let reading = tokio::time::timeout(interval.max(Duration::from_secs(2)), async {
-                read(consumer, &stream).await
-            })
+            let reading = tokio::time::timeout(
+                interval.max(Duration::from_secs(2)),
+                read(consumer, &stream),
+            )
             .await
             .ok()
             .flatten();
