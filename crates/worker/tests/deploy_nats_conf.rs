@@ -1,7 +1,8 @@
 //! `deploy/nats-server.conf`: the server accepts it, and a real server started with its
-//! mappings partitions toolstream's input by conversation the way design.md says (chunks and
-//! results of one conversation on one partition, stable, spread over all partitions), queries
-//! routed to the same partition as the conversation's input, also for JetStream publishes.
+//! mappings partitions toolstream's input by conversation as `docs/contracts.md` ("Scale-out")
+//! says (chunks and results of one conversation on one partition, stable, spread over all
+//! partitions), queries routed to the same partition as the conversation's input, also for
+//! JetStream publishes.
 
 use futures::StreamExt;
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,4 +1,4 @@
-//! The scale-out of design.md run for real: a nats-server with deploy/nats-server.conf's
+//! The scale-out of `docs/contracts.md` run for real: a nats-server with deploy/nats-server.conf's
 //! mappings and one worker per partition (the compose/Kubernetes shape as plain processes).
 //! Producers and agents use the unpartitioned subjects; every conversation's events arrive
 //! complete and once, each worker only ever sees its own conversations, and queries reach
