@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs toolstream's whole test suite: formatting, every crate's unit, property, integration and
-# crash tests, and the benches in test mode (each bench once, no timing).
+# Runs toolstream's whole test suite: formatting, clippy (-D warnings), every crate's unit,
+# property, integration and crash tests, and the benches in test mode (each bench once, no timing).
 #
 # The integration tests start their own nats-server (free port, temp store). When nats-server is
 # missing it is installed from the system packages; when that is impossible this script fails
@@ -71,6 +71,10 @@ fi
 
 log "cargo fmt --check"
 cargo fmt --all -- --check || die "code is not formatted: run 'cargo fmt --all'"
+
+log "cargo clippy (all crates, all targets, warnings are errors)"
+cargo clippy --workspace --all-targets -- -D warnings \
+  || die "clippy found problems (above): fix them; runtime code never unwraps (root Cargo.toml [workspace.lints])"
 
 log "cargo test (all crates, all tests)"
 cargo test --workspace --all-targets --no-fail-fast

@@ -16,18 +16,15 @@ use assembler::{Config, Input, InputKind, Seq, Store};
 use chunk_model::Provider;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::{Duration, Instant};
+use toolstream_testkit::openai;
 
+/// The call's first chunk (id and name, no text) or a piece of its argument text.
 fn delta(args: &str, first: bool) -> Vec<u8> {
-    let mut call = serde_json::json!({"index": 0, "function": {"arguments": args}});
     if first {
-        call["id"] = "call_big".into();
-        call["function"]["name"] = "write_file".into();
+        openai::tool_call_chunk(0, Some("call_big"), Some("write_file"), args)
+    } else {
+        openai::args_chunk(0, args)
     }
-    serde_json::to_vec(&serde_json::json!({
-        "object": "chat.completion.chunk",
-        "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]
-    }))
-    .unwrap_or_default()
 }
 
 /// Chunks carrying `total` bytes of argument text (a JSON object with one long string),
@@ -44,13 +41,7 @@ fn chunks(total: usize, sizes: &[usize]) -> Vec<Vec<u8>> {
         at += n;
         k += 1;
     }
-    out.push(
-        serde_json::to_vec(&serde_json::json!({
-            "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]
-        }))
-        .unwrap_or_default(),
-    );
+    out.push(openai::finish_chunk("tool_calls"));
     out
 }
 
@@ -59,13 +50,7 @@ fn chunks(total: usize, sizes: &[usize]) -> Vec<Vec<u8>> {
 fn empty_chunks(count: usize) -> Vec<Vec<u8>> {
     let mut out = vec![delta("", true)];
     out.extend((0..count).map(|_| delta("", false)));
-    out.push(
-        serde_json::to_vec(&serde_json::json!({
-            "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]
-        }))
-        .unwrap_or_default(),
-    );
+    out.push(openai::finish_chunk("tool_calls"));
     out
 }
 

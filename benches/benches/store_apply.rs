@@ -9,50 +9,27 @@ use assembler::{Config, Input, InputKind, Seq, Store};
 use chunk_model::Provider;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::time::{Duration, Instant};
+use toolstream_testkit::openai;
 
 const BATCH: usize = 256;
-
-fn delta(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> Vec<u8> {
-    let mut call =
-        serde_json::json!({"index": index, "type": "function", "function": {"arguments": args}});
-    if let Some(id) = id {
-        call["id"] = id.into();
-    }
-    if let Some(name) = name {
-        call["function"]["name"] = name.into();
-    }
-    serde_json::to_vec(&serde_json::json!({
-        "id": "chatcmpl-AZ3kq7Yx9VbNqZx8Kd2", "object": "chat.completion.chunk",
-        "created": 1732198400, "model": "gpt-4o-2024-08-06",
-        "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "logprobs": null, "finish_reason": null}]
-    }))
-    .unwrap_or_default()
-}
 
 /// One message's chunks: two calls of 14 argument fragments each, finish, `[DONE]` (32).
 fn message() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for call in 0..2u32 {
-        out.push(delta(
+        out.push(openai::call_start(
             call,
-            Some(&format!("call_{call}xyz")),
-            Some("get_weather"),
-            "",
+            &format!("call_{call}xyz"),
+            "get_weather",
         ));
-        out.push(delta(call, None, None, "{\"location\":"));
+        out.push(openai::args_chunk(call, "{\"location\":"));
         for i in 0..12 {
-            out.push(delta(call, None, None, &format!(" \"city {i}\",")));
+            out.push(openai::args_chunk(call, &format!(" \"city {i}\",")));
         }
-        out.push(delta(call, None, None, "\"unit\":\"c\"}"));
+        out.push(openai::args_chunk(call, "\"unit\":\"c\"}"));
     }
-    out.push(
-        serde_json::to_vec(&serde_json::json!({
-            "id": "chatcmpl-AZ3kq7Yx9VbNqZx8Kd2", "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]
-        }))
-        .unwrap_or_default(),
-    );
-    out.push(b"[DONE]".to_vec());
+    out.push(openai::finish_chunk("tool_calls"));
+    out.push(openai::DONE.to_vec());
     out
 }
 

@@ -23,14 +23,23 @@
 //! ## Layout
 //! - `lib.rs` — [`NatsServer`], the server releases, free ports, recordings.
 //! - `cluster.rs` — [`NatsCluster`]: three JetStream nodes, SIGKILL and restart of one.
-//! - `harness.rs` — the worker binary as a child process (kill, restart, logs, metrics), a
-//!   producer, a stream reader, generated OpenAI/Anthropic streams, message checks.
-//! - `fault/` — the fault suite's seeded workload (`workload.rs`), its crash-free reference
-//!   (`reference.rs`), the checker of events, dead letters and snapshots (`checker.rs`), and
+//! - `harness/` — the worker binary as a child process (kill, restart, logs, metrics), the
+//!   shared end-to-end setup ([`harness::E2e`]), a producer, a stream reader, generated
+//!   OpenAI/Anthropic streams, message checks (its `mod.rs` has the map).
+//! - `openai.rs` — OpenAI Chat Completions chunk builders, the one set tests and benches use.
+//! - `wait.rs` — [`wait::eventually`] / [`wait::eventually_async`]: the deadline-polling wait.
+//! - `fault/` — the fault suite's seeded workload (`workload/`), its crash-free reference
+//!   (`reference.rs`), the checker of events, dead letters and snapshots (`checker/`), and
 //!   the killer (`kill.rs`).
 //! - `bin/soak.rs` — the soak: the workload and checker for many kills (README).
+// Test support: a panic here is a test failing with its message, so unwrap/expect are fine
+// (the workspace denies them in runtime code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod fault;
 pub mod harness;
+pub mod openai;
+pub mod wait;
 
 mod cluster;
 pub use cluster::{NatsCluster, CLUSTER_NAME};

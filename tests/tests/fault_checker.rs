@@ -4,6 +4,9 @@
 //! `abandoned` for a call the reference completes, two events swapped and one wrong snapshot is
 //! reported as exactly that.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
 use futures::StreamExt;

@@ -2,7 +2,7 @@
 //! parallel call (id, name, `""` arguments), small argument fragments interleaved per call as
 //! the API sends them, the `finish_reason: "tool_calls"` chunk and `[DONE]`.
 
-use serde_json::json;
+use toolstream_testkit::openai;
 
 /// One generated message stream.
 #[derive(Debug, Clone)]
@@ -22,24 +22,13 @@ pub fn openai_chat(conv: usize, msg: usize, calls: usize, total_chunks: usize) -
     let calls = calls.max(1);
     let total = total_chunks.max(calls * 2 + 3);
     let fragments = total - calls - 3;
-    let id = format!("chatcmpl-{conv}-{msg}");
-    let base = |choice: serde_json::Value| {
-        json!({"id": id, "object": "chat.completion.chunk", "created": 1_732_198_400,
-               "model": "gpt-4o-2024-08-06", "choices": [choice]})
-    };
     let mut chunks = Vec::with_capacity(total);
-    chunks.push(base(json!({"index": 0,
-        "delta": {"role": "assistant", "content": null}, "finish_reason": null})));
+    chunks.push(openai::role_chunk());
     let call_ids: Vec<String> = (0..calls)
         .map(|i| format!("call_{conv}x{msg}x{i}"))
         .collect();
-    for (i, call_id) in call_ids.iter().enumerate() {
-        chunks.push(base(
-            json!({"index": 0, "delta": {"tool_calls": [{"index": i,
-            "id": call_id, "type": "function",
-            "function": {"name": "search_documents", "arguments": ""}}]},
-            "finish_reason": null}),
-        ));
+    for (i, call_id) in (0u32..).zip(&call_ids) {
+        chunks.push(openai::call_start(i, call_id, "search_documents"));
     }
     // Fragments per call, as even as possible, interleaved round-robin.
     let per_call: Vec<usize> = (0..calls)
@@ -52,21 +41,16 @@ pub fn openai_chat(conv: usize, msg: usize, calls: usize, total_chunks: usize) -
         .collect();
     let longest = per_call.iter().copied().max().unwrap_or(0);
     for round in 0..longest {
-        for (i, call_pieces) in pieces.iter().enumerate() {
+        for (i, call_pieces) in (0u32..).zip(&pieces) {
             if let Some(piece) = call_pieces.get(round) {
-                chunks.push(base(
-                    json!({"index": 0, "delta": {"tool_calls": [{"index": i,
-                    "function": {"arguments": piece}}]}, "finish_reason": null}),
-                ));
+                chunks.push(openai::args_chunk(i, piece));
             }
         }
     }
     let finish_index = chunks.len();
-    chunks.push(base(
-        json!({"index": 0, "delta": {}, "finish_reason": "tool_calls"}),
-    ));
-    let mut bodies: Vec<Vec<u8>> = chunks.iter().map(|c| c.to_string().into_bytes()).collect();
-    bodies.push(b"[DONE]".to_vec());
+    chunks.push(openai::finish_chunk("tool_calls"));
+    chunks.push(openai::DONE.to_vec());
+    let bodies = chunks;
     Stream {
         chunks: bodies,
         finish_index,

@@ -9,6 +9,7 @@
 
 use super::Rng;
 use crate::harness::{tail, Worker};
+use crate::wait::eventually;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -140,13 +141,10 @@ fn run(
     while stats.kills < plan.kills && !stop.load(Ordering::SeqCst) {
         let early = rng.chance(plan.early_share);
         if !early {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !worker.is_ready() && Instant::now() < deadline && !stop.load(Ordering::SeqCst) {
-                if !worker.is_running() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            // ready, stopped, or exited on its own: whichever comes first (bounded)
+            let _ = eventually(Duration::from_secs(60), || {
+                worker.is_ready() || stop.load(Ordering::SeqCst) || !worker.is_running()
+            });
             if !worker.is_ready() && !stop.load(Ordering::SeqCst) && worker.is_running() {
                 stats.not_ready += 1;
                 problem(

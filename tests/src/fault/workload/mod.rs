@@ -12,11 +12,25 @@
 //! carries `Toolstream-Seq: k` and `Nats-Msg-Id: <conv>:<msg>:r<k>`. Copies published on
 //! purpose by [`Misbehaviour`] get a distinct `Nats-Msg-Id` (suffix `:dup…`, `:rep…`) so the
 //! server keeps them and the worker has to recognize them.
+//!
+//! ## Layout
+//! - `mod.rs` — the plans ([`MessagePlan`], [`WorkloadSpec`]) and [`Workload`]: building one
+//!   from a seed, publishing it.
+//! - `publish.rs` — publishing one message: its chunks, end, results and misbehaviour.
+//! - `sources.rs` — recorded streams as plans, generated arguments and results.
+
+mod publish;
+mod sources;
 
 use super::Rng;
 use crate::harness::{anthropic_stream_cut, openai_chat_stream_cut, Call, Producer};
 use async_nats::HeaderMap;
+use publish::publish_message;
 use serde_json::{json, Value};
+use sources::{
+    arguments, big_arguments, completed_wire_ids, output, recording_plan, recordings_of,
+    results_for,
+};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -442,249 +456,4 @@ impl Workload {
             None => Ok(total),
         }
     }
-}
-
-/// One input as published.
-struct Out {
-    subject: String,
-    headers: HeaderMap,
-    msg_id: String,
-    body: Vec<u8>,
-}
-
-async fn publish_message(
-    producer: &Producer,
-    plan: &MessagePlan,
-    misbehaviour: &Misbehaviour,
-    mut rng: Rng,
-    start: Instant,
-) -> Result<Published, String> {
-    let (conv, msg) = (&plan.conversation, &plan.message);
-    let chunk_subject = format!("{}.chunks.{conv}.{msg}", producer.prefix);
-    let result_subject = format!("{}.results.{conv}.{msg}", producer.prefix);
-    let result_out = |seq: u64, r: &ResultPlan| {
-        let mut h = HeaderMap::new();
-        h.insert("Toolstream-Seq", seq.to_string().as_str());
-        Out {
-            subject: result_subject.clone(),
-            headers: h,
-            msg_id: format!("{conv}:{msg}:r{seq}"),
-            body: json!({"tool_call_id": r.tool_call_id, "output": r.output})
-                .to_string()
-                .into_bytes(),
-        }
-    };
-    let (before, after) = plan.results_in_order();
-    let before: Vec<Out> = before.iter().map(|(s, r)| result_out(*s, r)).collect();
-    let after: Vec<Out> = after.iter().map(|(s, r)| result_out(*s, r)).collect();
-    let mut chunks: Vec<Out> = plan
-        .published_chunks()
-        .iter()
-        .enumerate()
-        .map(|(seq, body)| {
-            let mut h = HeaderMap::new();
-            h.insert("Toolstream-Provider", plan.provider.as_str());
-            h.insert("Toolstream-Seq", seq.to_string().as_str());
-            Out {
-                subject: chunk_subject.clone(),
-                headers: h,
-                msg_id: format!("{conv}:{msg}:{seq}"),
-                body: body.clone(),
-            }
-        })
-        .collect();
-    if misbehaviour.reorder_window > 1 {
-        for window in chunks.chunks_mut(misbehaviour.reorder_window) {
-            rng.shuffle(window);
-        }
-    }
-    if plan.publishes_end() {
-        let seq = plan.chunks.len();
-        let mut h = HeaderMap::new();
-        h.insert("Toolstream-Provider", plan.provider.as_str());
-        h.insert("Toolstream-Seq", seq.to_string().as_str());
-        h.insert("Toolstream-Control", "end");
-        chunks.push(Out {
-            subject: chunk_subject.clone(),
-            headers: h,
-            msg_id: format!("{conv}:{msg}:{seq}"),
-            body: Vec::new(),
-        });
-    }
-
-    let mut published = Published::default();
-    tokio::time::sleep_until((start + plan.delay).into()).await;
-    let send = |out: &Out, id: String| {
-        let producer = producer.clone();
-        let (subject, headers, body) = (out.subject.clone(), out.headers.clone(), out.body.clone());
-        async move {
-            producer
-                .try_publish(&subject, headers, &id, &body)
-                .await
-                .map_err(|e| format!("{conv}/{msg}: {e}"))
-        }
-    };
-    let mut dup = 0usize;
-    for out in &before {
-        send(out, out.msg_id.clone()).await?;
-        published.inputs += 1;
-    }
-    let began = Instant::now();
-    let n = chunks.len().max(1) as u32;
-    for (i, out) in chunks.iter().enumerate() {
-        // even pacing against a schedule, so slow publishes do not stretch the message
-        let due = began + plan.spread * (i as u32) / n;
-        if due > Instant::now() {
-            tokio::time::sleep_until(due.into()).await;
-        }
-        send(out, out.msg_id.clone()).await?;
-        published.inputs += 1;
-        if misbehaviour.duplicate_share > 0.0 && rng.chance(misbehaviour.duplicate_share) {
-            dup += 1;
-            send(out, format!("{}:dup{dup}", out.msg_id)).await?;
-            published.inputs += 1;
-            published.copies += 1;
-        }
-    }
-    for out in &after {
-        send(out, out.msg_id.clone()).await?;
-        published.inputs += 1;
-    }
-    for round in 0..misbehaviour.repeat {
-        for out in before.iter().chain(&chunks).chain(&after) {
-            send(out, format!("{}:rep{round}", out.msg_id)).await?;
-            published.inputs += 1;
-            published.copies += 1;
-        }
-    }
-    Ok(published)
-}
-
-/// Recorded streams in one provider directory, sorted.
-fn recordings_of(dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
-    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("read {}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_file()
-                && p.extension()
-                    .and_then(|x| x.to_str())
-                    .is_some_and(|x| ["sse", "ndjson", "json"].contains(&x))
-        })
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
-/// A recording as a message plan (conversation, delay and spread set by the caller).
-fn recording_plan(root: &Path, provider: &str, path: &Path) -> Result<MessagePlan, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    let frames = chunk_model::framing::split(&bytes)
-        .map_err(|e| format!("frame {}: {e}", path.display()))?;
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().replace(['.', ' ', '*', '>'], "_"))
-        .unwrap_or_else(|| "recording".to_string());
-    let source = path
-        .strip_prefix(root)
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| path.display().to_string());
-    Ok(MessagePlan {
-        conversation: String::new(),
-        message: stem,
-        provider: provider.to_string(),
-        source: format!("recording {source}"),
-        chunks: frames.into_iter().map(|f| f.data).collect(),
-        end: true,
-        stop_after: None,
-        results: Vec::new(),
-        delay: Duration::ZERO,
-        spread: Duration::ZERO,
-    })
-}
-
-/// Wire ids of the calls the hand-written expectation of a recording says complete.
-fn completed_wire_ids(root: &Path, provider: &str, path: &Path) -> Result<Vec<String>, String> {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let exp = root
-        .join("expected")
-        .join(provider)
-        .join(format!("{stem}.json"));
-    let text = std::fs::read_to_string(&exp).map_err(|e| format!("read {}: {e}", exp.display()))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", exp.display()))?;
-    let mut ids: Vec<String> = v["calls"]
-        .as_array()
-        .map(|calls| {
-            calls
-                .iter()
-                .filter(|c| c["status"] == "completed")
-                .filter_map(|c| c["id"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    ids.dedup();
-    Ok(ids)
-}
-
-fn results_for(rng: &mut Rng, spec: &WorkloadSpec, calls: &[Call]) -> Vec<ResultPlan> {
-    let mut results = Vec::new();
-    for c in calls {
-        if rng.chance(spec.result_share) {
-            results.push(ResultPlan {
-                tool_call_id: c.id.clone(),
-                output: output(rng),
-                before_call: rng.chance(spec.before_share),
-            });
-        }
-    }
-    results
-}
-
-fn output(rng: &mut Rng) -> String {
-    let words = if rng.chance(0.1) {
-        rng.range(300, 800)
-    } else {
-        rng.range(1, 30)
-    };
-    (0..words)
-        .map(|_| WORDS[rng.range(0, WORDS.len() as u64 - 1) as usize])
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// JSON arguments of about `size` bytes: a few typed fields and a text of words.
-fn arguments(rng: &mut Rng, size: usize) -> Value {
-    let mut text = String::new();
-    while text.len() < size {
-        if !text.is_empty() {
-            text.push(' ');
-        }
-        text.push_str(WORDS[rng.range(0, WORDS.len() as u64 - 1) as usize]);
-    }
-    json!({
-        "query": text,
-        "limit": rng.range(1, 100),
-        "exact": rng.chance(0.5),
-        "ratio": (rng.range(0, 1000) as f64) / 8.0,
-        "filters": {"tags": [WORDS[rng.range(0, 3) as usize], "x"], "none": null},
-    })
-}
-
-/// About `size` bytes of JSON: rows of short strings (few characters to escape, so the
-/// events carrying it twice, parsed and raw, stay under the server's 1 MiB max payload).
-fn big_arguments(rng: &mut Rng, size: usize) -> Value {
-    let mut rows = Vec::new();
-    let mut len = 0usize;
-    while len < size {
-        let n = rng.range(20, 80) as usize;
-        let row: String = (0..n)
-            .map(|_| (b'a' + rng.range(0, 25) as u8) as char)
-            .collect();
-        len += n + 3;
-        rows.push(Value::String(row));
-    }
-    json!({"title": "big document", "rows": rows})
 }
