@@ -4,15 +4,8 @@
 use chunk_model::Provider;
 use serde::{Deserialize, Serialize};
 
-/// Which input subject a message came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InputKind {
-    /// `toolstream.chunks.<conv>.<msg>`: one raw provider chunk.
-    Chunk,
-    /// `toolstream.results.<conv>.<msg>`: one tool-result message.
-    Result,
-}
+/// Which input subject a message came from (defined with the subjects, in the wire contract).
+pub use chunk_model::wire::InputKind;
 
 /// The sequence number that orders and dedupes a stream's inputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

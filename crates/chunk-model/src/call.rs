@@ -1,6 +1,7 @@
 //! Canonical tool calls and tool results: what consumers see, whatever the provider.
 
 use crate::depth::{json_deeper_than, MAX_ARGUMENT_DEPTH};
+use crate::wire::Reason;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -128,18 +129,18 @@ pub enum ArgumentsError {
 
 impl ArgumentsError {
     /// The call's reason when it ends `invalid` for this: `invalid_json` or `argument_depth`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            ArgumentsError::Json(_) => INVALID_JSON,
-            ArgumentsError::TooDeep { .. } => ARGUMENT_DEPTH,
+            ArgumentsError::Json(_) => Reason::InvalidJson,
+            ArgumentsError::TooDeep { .. } => Reason::ArgumentDepth,
         }
     }
 }
 
 /// Reason of a call whose argument text is not valid JSON.
-pub const INVALID_JSON: &str = "invalid_json";
+pub const INVALID_JSON: &str = Reason::InvalidJson.as_str();
 /// Reason of a call whose arguments nest deeper than [`MAX_ARGUMENT_DEPTH`].
-pub const ARGUMENT_DEPTH: &str = "argument_depth";
+pub const ARGUMENT_DEPTH: &str = Reason::ArgumentDepth.as_str();
 
 /// Parses assembled argument text into JSON per the completion rules: `""` (or only
 /// whitespace) on a properly ended call means `{}`; anything else must parse completely, and
@@ -194,7 +195,7 @@ mod tests {
             .unwrap()
             .join()
             .unwrap();
-        assert_eq!(reason, ARGUMENT_DEPTH);
+        assert_eq!(reason.as_str(), ARGUMENT_DEPTH);
     }
 
     #[test]

@@ -21,6 +21,9 @@
 //!   placeholder handling, strict text mode, token estimate.
 //! - [`snapshot`] — [`MessageSnapshot`]: the stored state of a message (query API, history input).
 //! - [`error`] — typed [`DecodeError`]s naming provider, field and an excerpt.
+//! - [`wire`] — the wire contract in one place: header names, subjects (builders and
+//!   parsers), the one subject-token rule, `Nats-Msg-Id` formats, [`wire::Reason`] and
+//!   dead-letter codes, the one provider alias table. Every crate and the CLI use it.
 //!
 //! The JSON Schema of events lives in `schema/event.v1.schema.json`; golden events in
 //! `tests/golden/`.
@@ -37,6 +40,7 @@ pub mod history;
 pub mod partial_args;
 pub mod provider;
 pub mod snapshot;
+pub mod wire;
 
 pub use call::{
     parse_arguments, ArgumentsError, CallOutcome, CallStatus, ResultInput, ToolCall, ToolResult,

@@ -51,25 +51,13 @@ impl Provider {
         }
     }
 
-    /// Parses a canonical name or a vendor alias (case-insensitive): `openai`, `azure`,
-    /// `mistral`, `groq`, `deepseek`, `xai`, `openrouter`, `litellm`, `vllm`, `ollama-v1`
-    /// all mean [`Provider::OpenaiChat`]; `responses` means [`Provider::OpenaiResponses`];
-    /// `vertex` means [`Provider::Gemini`]; `claude` means [`Provider::Anthropic`].
+    /// Parses a canonical name or a vendor alias (case-insensitive), from the one table in
+    /// [`crate::wire::aliases`]: `openai`, `azure`, `mistral`, `groq`, `deepseek`, `xai`,
+    /// `openrouter`, `litellm`, `vllm`, `ollama-v1`, ... all mean [`Provider::OpenaiChat`];
+    /// `responses` means [`Provider::OpenaiResponses`]; `vertex` means [`Provider::Gemini`];
+    /// `claude` means [`Provider::Anthropic`].
     pub fn parse(name: &str) -> Option<Provider> {
-        let lower = name.trim().to_ascii_lowercase();
-        let p = match lower.as_str() {
-            "openai-chat" | "openai" | "azure" | "azure-openai" | "mistral" | "groq"
-            | "deepseek" | "xai" | "grok" | "openrouter" | "litellm" | "vllm" | "ollama-v1"
-            | "together" | "fireworks" => Provider::OpenaiChat,
-            "openai-responses" | "responses" => Provider::OpenaiResponses,
-            "anthropic" | "claude" => Provider::Anthropic,
-            "gemini" | "vertex" | "google" => Provider::Gemini,
-            "bedrock" | "aws-bedrock" => Provider::Bedrock,
-            "ollama" => Provider::Ollama,
-            "ai-sdk" | "aisdk" | "vercel-ai" => Provider::AiSdk,
-            _ => return None,
-        };
-        Some(p)
+        crate::wire::aliases::lookup(name)
     }
 }
 

@@ -43,26 +43,20 @@ pub const META_ITEM_ID: &str = "item_id";
 pub const META_SYNTHETIC_ID: &str = "synthetic_id";
 
 /// A provider request format that history can be rendered into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+///
+/// Parsed (from a string or JSON) by its canonical name, then by the provider alias table
+/// ([`crate::wire::aliases`]): a vendor name means the history format of its stream format
+/// (`groq` → `openai-chat`, `vertex` → `gemini`), except `mistral`, a format of its own here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HistoryFormat {
     /// Chat Completions `messages` (OpenAI, Azure, Groq, DeepSeek, xAI, OpenRouter, vLLM, ...).
-    #[serde(
-        alias = "openai",
-        alias = "azure",
-        alias = "groq",
-        alias = "deepseek",
-        alias = "xai"
-    )]
     OpenaiChat,
     /// Responses API `input` items (`function_call` / `function_call_output`).
-    #[serde(alias = "responses")]
     OpenaiResponses,
     /// Anthropic Messages (`tool_use` / `tool_result` blocks).
-    #[serde(alias = "claude")]
     Anthropic,
     /// Gemini / Vertex `contents` (`functionCall` / `functionResponse` parts).
-    #[serde(alias = "vertex", alias = "google")]
     Gemini,
     /// Mistral chat: OpenAI-like, ids exactly 9 alphanumerics.
     Mistral,
@@ -109,6 +103,20 @@ impl HistoryFormat {
         }
     }
 
+    /// The history format that answers messages streamed in `provider`'s format (none for
+    /// the AI SDK, whose requests are built by the SDK itself).
+    pub fn for_provider(provider: Provider) -> Option<HistoryFormat> {
+        match provider {
+            Provider::OpenaiChat => Some(HistoryFormat::OpenaiChat),
+            Provider::OpenaiResponses => Some(HistoryFormat::OpenaiResponses),
+            Provider::Anthropic => Some(HistoryFormat::Anthropic),
+            Provider::Gemini => Some(HistoryFormat::Gemini),
+            Provider::Bedrock => Some(HistoryFormat::Bedrock),
+            Provider::Ollama => Some(HistoryFormat::Ollama),
+            Provider::AiSdk => None,
+        }
+    }
+
     /// Whether consecutive messages of one role must be merged into one (the provider wants
     /// strictly alternating roles, or all results of a turn in one message).
     pub fn merges_roles(self) -> bool {
@@ -133,8 +141,19 @@ pub struct UnknownHistoryFormat(pub String);
 impl FromStr for HistoryFormat {
     type Err = UnknownHistoryFormat;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let quoted = Value::String(s.trim().to_ascii_lowercase());
-        serde_json::from_value(quoted).map_err(|_| UnknownHistoryFormat(s.to_string()))
+        let name = s.trim();
+        HistoryFormat::ALL
+            .into_iter()
+            .find(|f| f.as_str().eq_ignore_ascii_case(name))
+            .or_else(|| crate::wire::aliases::lookup(name).and_then(HistoryFormat::for_provider))
+            .ok_or_else(|| UnknownHistoryFormat(s.to_string()))
+    }
+}
+
+impl<'de> Deserialize<'de> for HistoryFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
     }
 }
 
