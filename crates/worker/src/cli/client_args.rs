@@ -75,7 +75,7 @@ impl ClientAuth {
             opts = opts.user_and_password(user.clone(), password.clone());
         }
         if let Some(path) = &self.nkey_seed_file {
-            opts = opts.nkey(crate::connect::read_user_seed(path)?);
+            opts = opts.nkey(crate::nats::connect::read_user_seed(path)?);
         }
         if let Some(prefix) = &self.inbox_prefix {
             opts = opts.custom_inbox_prefix(prefix);

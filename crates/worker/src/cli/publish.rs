@@ -57,7 +57,7 @@ const IN_FLIGHT: usize = 256;
 pub struct PublishArgs {
     /// NATS server and subject prefix.
     #[command(flatten)]
-    pub client: crate::client_args::ClientArgs,
+    pub client: crate::cli::client_args::ClientArgs,
     /// Provider stream format or vendor alias (openai-chat, anthropic, gemini, ...). When
     /// omitted for chunks, it is detected from the recording's first chunk that says.
     #[arg(long)]
@@ -371,7 +371,7 @@ mod tests {
 
     fn args(results: bool, conv: &str) -> PublishArgs {
         PublishArgs {
-            client: crate::client_args::ClientArgs {
+            client: crate::cli::client_args::ClientArgs {
                 nats_url: String::new(),
                 subject_prefix: "ts".into(),
                 auth: Default::default(),

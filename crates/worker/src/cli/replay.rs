@@ -70,7 +70,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let config = assembler::Config::default();
     let store = match &args.data_dir {
         Some(dir) => {
-            crate::private_dir::ensure_private(dir)?;
+            crate::run::private_dir::ensure_private(dir)?;
             Store::open(dir, config).with_context(|| format!("open store at {}", dir.display()))?
         }
         None => Store::open_temporary(config).context("open temporary store")?,

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 pub struct TailArgs {
     /// NATS server and subject prefix.
     #[command(flatten)]
-    pub client: crate::client_args::ClientArgs,
+    pub client: crate::cli::client_args::ClientArgs,
     /// Only this conversation's events (default: every conversation).
     #[arg(long)]
     pub conversation: Option<String>,
@@ -204,7 +204,7 @@ mod tests {
 
     fn args(conv: Option<&str>) -> TailArgs {
         TailArgs {
-            client: crate::client_args::ClientArgs {
+            client: crate::cli::client_args::ClientArgs {
                 nats_url: String::new(),
                 subject_prefix: "toolstream".into(),
                 auth: Default::default(),

@@ -31,9 +31,18 @@
 
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Wall-clock milliseconds since the Unix epoch (the assembler's clock; it survives restarts).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
 
 /// Taken off a caught-up reading: the longest a message may be stamped before the consumer
 /// counts it (a clustered stream's commit), plus clock skew between worker and server.
@@ -96,7 +105,7 @@ impl Watermark {
 
 /// Reads one consumer's progress; `None` when the server could not be asked.
 pub async fn read<I>(consumer: &PullConsumer, stream: &Stream<I>) -> Option<Settled> {
-    let asked_at_ms = crate::consume::now_ms();
+    let asked_at_ms = now_ms();
     let info = match consumer.get_info().await {
         Ok(info) => info,
         Err(e) => {
@@ -137,13 +146,56 @@ pub fn nanos_to_ms(nanos: i128) -> u64 {
     u64::try_from(nanos / 1_000_000).unwrap_or(0)
 }
 
-/// Measures the watermark every `interval` until `shutdown`.
+/// Where one round asks how far one consumer has settled: the server ([`ConsumerOnServer`]),
+/// or a fake in tests. `None` when it cannot tell.
+pub trait SettledSource: Send + Sync {
+    /// One reading.
+    fn settled(&self) -> impl Future<Output = Option<Settled>> + Send;
+}
+
+/// A consumer of the input stream, read through consumer info and the stream ([`read`]).
+pub struct ConsumerOnServer {
+    consumer: PullConsumer,
+    stream: Stream<()>,
+}
+
+impl SettledSource for ConsumerOnServer {
+    fn settled(&self) -> impl Future<Output = Option<Settled>> + Send {
+        read(&self.consumer, &self.stream)
+    }
+}
+
+/// Measures the watermark of `consumers` every `interval` until `shutdown`.
 pub async fn run(
     watermark: Arc<Watermark>,
     consumers: Vec<PullConsumer>,
     stream: Stream<()>,
     interval: Duration,
-    mut shutdown: crate::shutdown::Shutdown,
+    shutdown: crate::run::shutdown::Shutdown,
+) {
+    let sources = consumers
+        .into_iter()
+        .map(|consumer| ConsumerOnServer {
+            consumer,
+            stream: stream.clone(),
+        })
+        .collect();
+    run_with(watermark, sources, interval, shutdown).await;
+}
+
+/// The longest one reading may take: a server that does not answer must not hold the loop
+/// past the next round.
+pub fn read_timeout(interval: Duration) -> Duration {
+    interval.max(Duration::from_secs(2))
+}
+
+/// [`run`] over any [`SettledSource`]s: one round at once, then one every `interval` (a late
+/// round delays the next, none are bunched up), each reading bounded by [`read_timeout`].
+pub async fn run_with<S: SettledSource>(
+    watermark: Arc<Watermark>,
+    sources: Vec<S>,
+    interval: Duration,
+    mut shutdown: crate::run::shutdown::Shutdown,
 ) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -152,16 +204,13 @@ pub async fn run(
             _ = shutdown.wait() => break,
             _ = tick.tick() => {}
         }
-        let mut readings = Vec::with_capacity(consumers.len());
-        for consumer in &consumers {
+        let mut readings = Vec::with_capacity(sources.len());
+        for source in &sources {
             // a server that does not answer must not hold the loop past the next round
-            let reading = tokio::time::timeout(
-                interval.max(Duration::from_secs(2)),
-                read(consumer, &stream),
-            )
-            .await
-            .ok()
-            .flatten();
+            let reading = tokio::time::timeout(read_timeout(interval), source.settled())
+                .await
+                .ok()
+                .flatten();
             readings.push(reading);
         }
         watermark.advance(&readings);

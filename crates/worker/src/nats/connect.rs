@@ -2,7 +2,7 @@
 //! certificate, required), reconnects with capped exponential backoff forever, retry on the
 //! initial connect, and connection events logged through `tracing`.
 
-use crate::config::Config;
+use crate::run::config::Config;
 use anyhow::Context as _;
 use async_nats::{ConnectOptions, Event};
 use std::sync::Arc;

@@ -8,8 +8,8 @@
 //!
 //! Only nats-server 2.9 features are used (one filter subject per consumer, no metadata).
 
-use crate::config::Config;
-use crate::subjects::Subjects;
+use crate::nats::subjects::Subjects;
+use crate::run::config::Config;
 use async_nats::jetstream::consumer::{self, pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::context::{
     ConsumerInfoErrorKind, CreateStreamErrorKind, GetStreamErrorKind,

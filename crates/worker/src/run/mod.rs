@@ -6,28 +6,43 @@
 //! loop), flush sled, drain the outbox for at most `relay.shutdown_timeout`, stop the query
 //! service and HTTP, flush the NATS client. Whatever is left in the outbox is published on the
 //! next start.
+//!
+//! The room: `args` (the flags) → `config` (the typed settings) → `validate` (the ones refused
+//! together), `duration` (human durations), `shutdown` (the one stop path), `private_dir` (the
+//! data directory, 0700), `redact` (what logs may show), `failpoints` (test crashes, feature
+//! `failpoints` only).
 
-use crate::config::{Config, LogFormat};
+pub(crate) mod args;
+pub(crate) mod config;
+pub(crate) mod duration;
+pub(crate) mod failpoints;
+pub(crate) mod private_dir;
+pub(crate) mod redact;
+pub(crate) mod shutdown;
+mod validate;
+
+use crate::consume::watermark::Watermark;
 use crate::consume::ConsumeLoop;
-use crate::http::Health;
-use crate::metrics::Metrics;
-use crate::provision::{self, ProvisionError};
+use crate::nats::provision::{self, ProvisionError};
+use crate::nats::subjects::Subjects;
 use crate::relay_task::{Drained, RelayTask};
-use crate::shutdown::{self, Shutdown};
-use crate::subjects::Subjects;
-use crate::watermark::Watermark;
+use crate::run::config::{Config, LogFormat};
+use crate::serve::http::Health;
+use crate::serve::metrics::Metrics;
 use anyhow::Context as _;
 use assembler::Store;
 use async_nats::jetstream;
+use shutdown::Shutdown;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
-pub use crate::config::RunArgs;
+pub use args::RunArgs;
 
 /// Runs the command.
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+    failpoints::refuse_unless_compiled_in()?;
     let print = args.print_config;
     let config = args.resolve()?;
     if print {
@@ -54,23 +69,6 @@ fn init_tracing(format: LogFormat) {
         LogFormat::Human => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
-}
-
-/// Test-only failpoints for the crash tests, off unless set:
-/// `TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS=N` aborts the process once N publishes are
-/// confirmed, before their outbox rows are deleted; `TOOLSTREAM_FAILPOINT_ABORT_AFTER_FLUSHES=N`
-/// aborts after the N-th batch flush, before the batch is acked;
-/// `TOOLSTREAM_FAILPOINT_HOLD_AFTER_PAYLOAD_PUTS=N` stops the relay for good once the N-th event
-/// too large for `max_payload` is stored in the payload bucket, before that event is published
-/// (a test then SIGKILLs the process in that window).
-fn failpoint(var: &str) -> Option<u64> {
-    let n = std::env::var(var).ok()?.parse().ok()?;
-    tracing::warn!(
-        failpoint = var,
-        after = n,
-        "failpoint armed: the process will abort"
-    );
-    Some(n)
 }
 
 /// An event carries a call's arguments twice (raw and parsed): with the server's `max_payload`
@@ -161,9 +159,9 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
 
     let store_dir = config.store_dir();
     // The store holds users' arguments and results: private before sled writes a byte.
-    crate::private_dir::ensure_private(&config.data_dir)?;
+    crate::run::private_dir::ensure_private(&config.data_dir)?;
     if store_dir != config.data_dir {
-        crate::private_dir::ensure_private(&store_dir)?;
+        crate::run::private_dir::ensure_private(&store_dir)?;
     }
     let store = {
         let dir = store_dir.clone();
@@ -188,14 +186,15 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         config.consumer.name, config.consumer.partition
     );
     let hook_health = Arc::clone(&health);
-    let hook: crate::connect::EventHook = Arc::new(move |event: &async_nats::Event| match event {
-        async_nats::Event::Connected => hook_health.set_nats_connected(true),
-        async_nats::Event::Disconnected | async_nats::Event::Closed => {
-            hook_health.set_nats_connected(false)
-        }
-        _ => {}
-    });
-    let client = crate::connect::connect(&config, &client_name, Some(hook)).await?;
+    let hook: crate::nats::connect::EventHook =
+        Arc::new(move |event: &async_nats::Event| match event {
+            async_nats::Event::Connected => hook_health.set_nats_connected(true),
+            async_nats::Event::Disconnected | async_nats::Event::Closed => {
+                hook_health.set_nats_connected(false)
+            }
+            _ => {}
+        });
+    let client = crate::nats::connect::connect(&config, &client_name, Some(hook)).await?;
     if client.connection_state() == async_nats::connection::State::Connected {
         health.set_nats_connected(true);
     }
@@ -236,12 +235,10 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let (relay_stop, relay_stop_rx) = shutdown::channel();
     let relay_wake = Arc::new(Notify::new());
     let relay = RelayTask {
-        relay: sink::jetstream::Relay::new(js.clone(), &config.subject_prefix, config.relay.batch)
-            .with_crash_after_confirmed(failpoint("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS"))
-            .with_payloads(payloads.clone())
-            .with_hold_after_payload_puts(failpoint(
-                "TOOLSTREAM_FAILPOINT_HOLD_AFTER_PAYLOAD_PUTS",
-            )),
+        relay: failpoints::arm_relay(
+            sink::jetstream::Relay::new(js.clone(), &config.subject_prefix, config.relay.batch)
+                .with_payloads(payloads.clone()),
+        ),
         store: Arc::clone(&store),
         wake: Arc::clone(&relay_wake),
         metrics: Arc::clone(&metrics),
@@ -253,7 +250,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     // GET /metrics and /healthz.
     let http_handle = tokio::spawn(report_early_exit(
         "http endpoint",
-        crate::http::serve(
+        crate::serve::http::serve(
             config.metrics_listen,
             Arc::clone(&metrics),
             Arc::clone(&store),
@@ -264,12 +261,12 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     // Queries over the NATS service API (message snapshots, provider-valid history).
     let query_handle = tokio::spawn(report_early_exit(
         "query service",
-        crate::query::serve(
+        crate::serve::query::serve(
             client.clone(),
             Arc::clone(&store),
             payloads.clone(),
             // partitioned: queries for partition k are mapped to <prefix>.p.<k>.query.…
-            crate::query::query_prefix(
+            crate::serve::query::query_prefix(
                 &config.subject_prefix,
                 config.consumer.partitions,
                 config.consumer.partition,
@@ -278,9 +275,9 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         ),
     ));
 
-    // The clock of the store's timers: how far every consumer has settled (crate::watermark).
+    // The clock of the store's timers: how far every consumer has settled (crate::consume::watermark).
     let watermark = Arc::new(Watermark::default());
-    let watermark_handle = tokio::spawn(crate::watermark::run(
+    let watermark_handle = tokio::spawn(crate::consume::watermark::run(
         Arc::clone(&watermark),
         consumers.clone(),
         js.get_stream_no_info(&config.streams.input)
@@ -297,7 +294,8 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         metrics: Arc::clone(&metrics),
         relay_wake: Arc::clone(&relay_wake),
         config: config.consumer.clone(),
-        abort_after_flushes: failpoint("TOOLSTREAM_FAILPOINT_ABORT_AFTER_FLUSHES"),
+        #[cfg(feature = "failpoints")]
+        abort_after_flushes: failpoints::abort_after_flushes(),
         watermark,
         store_failures: Default::default(),
     };

@@ -1,5 +1,5 @@
 //! The operations endpoint: a minimal HTTP/1.1 server on tokio with exactly two routes,
-//! `GET /metrics` (Prometheus text format, see [`crate::metrics::Metrics::render`]) and
+//! `GET /metrics` (Prometheus text format, see [`crate::serve::metrics::Metrics::render`]) and
 //! `GET /healthz` (200 when connected to NATS and the store is open, 503 otherwise).
 //!
 //! Hand-rolled on purpose: two fixed routes, one response per connection (`Connection: close`),
@@ -9,7 +9,7 @@
 //! Shutdown: [`serve`] takes a `tokio::sync::watch::Receiver<bool>`; it stops accepting when the
 //! value becomes `true` or the sender is dropped (the same type as `query::serve`).
 
-use crate::metrics::Metrics;
+use crate::serve::metrics::Metrics;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,0 +1,134 @@
+//! Applying inputs to the store on the blocking pool: a batch in order, one atomic commit each,
+//! storage errors retried in place, then one flush ([`apply_batch`]).
+
+use super::inputs::OwnedInput;
+use assembler::{Applied, Store, StoreError};
+use std::time::{Duration, Instant};
+
+/// What one blocking apply step did.
+pub(super) struct BatchResult {
+    pub(super) outcomes: Vec<Result<Applied, StoreError>>,
+    pub(super) flushed: bool,
+    pub(super) apply_time: Duration,
+    pub(super) flush_time: Duration,
+}
+
+/// Attempts of one apply before its storage error is given up on (and the rest of the batch
+/// is nak'd).
+pub(super) const APPLY_ATTEMPTS: u32 = 5;
+
+/// Applies one input, retrying a storage error in place a few times (20, 40, 80, 160 ms).
+///
+/// Retrying here rather than nak'ing keeps the stream's order: a nak'd chunk is redelivered
+/// only after its delay, and a later chunk of the same stream fetched meanwhile would be
+/// applied first (parked when it has a `Toolstream-Seq`, but with only the JetStream sequence
+/// the late one would then be taken for a duplicate).
+pub(super) fn apply_with_retry(store: &Store, owned: &OwnedInput) -> Result<Applied, StoreError> {
+    #[cfg(feature = "failpoints")]
+    crate::run::failpoints::abort_on_body(&owned.body);
+    let mut delay = Duration::from_millis(20);
+    let mut attempt = 1;
+    let input = owned.as_input();
+    let now = owned.published_ms;
+    loop {
+        let outcome = match &owned.rejected {
+            None => store.apply(&input, now),
+            Some(reason) => store.reject(&input, reason, now),
+        };
+        match outcome {
+            Err(e) if attempt < APPLY_ATTEMPTS => {
+                tracing::warn!(error = %e, attempt, "storage error; retrying the same input");
+                std::thread::sleep(delay);
+                delay *= 2;
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Applies inputs in order (one atomic commit each, storage errors retried in place), stopping
+/// at the first input that still fails, then flushes once. Blocking.
+pub(super) fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
+    let started = Instant::now();
+    let mut outcomes = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let span = tracing::debug_span!(
+            "apply",
+            conversation_id = %input.conversation_id,
+            message_id = %input.message_id,
+            stream_seq = input.origin.stream_seq
+        );
+        let _guard = span.enter();
+        let outcome = apply_with_retry(store, input);
+        let failed = outcome.is_err();
+        if let Ok(applied) = &outcome {
+            tracing::trace!(?applied, "applied");
+        }
+        outcomes.push(outcome);
+        if failed {
+            break;
+        }
+    }
+    let apply_time = started.elapsed();
+    let flush_started = Instant::now();
+    let flushed = match store.flush() {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "flush failed; batch will be redelivered");
+            false
+        }
+    };
+    BatchResult {
+        outcomes,
+        flushed,
+        apply_time,
+        flush_time: flush_started.elapsed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consume::settle::Disposition;
+    use crate::consume::testing::{chunk_input, flaky_store};
+
+    /// A storage error used to nak the input, letting a later chunk of the same stream be
+    /// applied before its redelivery; with only the JetStream sequence, the redelivered one was
+    /// then dropped as a duplicate. Transient errors are now retried in place, in order.
+    #[test]
+    fn a_transient_storage_error_is_retried_in_place_not_nakd() {
+        let store = flaky_store(2);
+        let result = apply_batch(&store, &[chunk_input(7), chunk_input(8)]);
+        assert!(result.flushed);
+        assert_eq!(result.outcomes.len(), 2);
+        assert!(matches!(result.outcomes[0], Ok(Applied::Accepted { .. })));
+        assert!(matches!(
+            result.outcomes[1],
+            Ok(Applied::Duplicate) | Ok(Applied::Accepted { .. })
+        ));
+        let snapshot = store
+            .message_snapshot("c", "m")
+            .expect("read")
+            .expect("stored");
+        assert_eq!(snapshot.calls.len(), 1);
+    }
+
+    #[test]
+    fn a_storage_error_that_persists_stops_the_batch_at_that_input() {
+        let store = flaky_store(APPLY_ATTEMPTS);
+        let result = apply_batch(&store, &[chunk_input(7), chunk_input(8)]);
+        assert_eq!(
+            result.outcomes.len(),
+            1,
+            "nothing after the failed input is applied"
+        );
+        assert!(result.outcomes[0].is_err());
+        let dispositions: Vec<Disposition> = result
+            .outcomes
+            .iter()
+            .map(|o| Disposition::after_apply(o, result.flushed))
+            .collect();
+        assert_eq!(dispositions, vec![Disposition::NakDelay]);
+    }
+}

@@ -1,0 +1,231 @@
+//! Subject, headers and body of one delivered message into an assembler input ([`OwnedInput`]),
+//! or the reason it must go straight to the dead-letter subject ([`Rejected`]). Pure: no I/O.
+
+use crate::nats::subjects::Subjects;
+use assembler::{Control, Input, InputKind, Origin, Seq};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use chunk_model::Provider;
+
+/// Header naming the provider format of a chunk stream.
+pub const HEADER_PROVIDER: &str = "Toolstream-Provider";
+/// Header carrying the producer's 0-based chunk number.
+pub const HEADER_SEQ: &str = "Toolstream-Seq";
+/// Header carrying an explicit end of stream: `end` or `error`.
+pub const HEADER_CONTROL: &str = "Toolstream-Control";
+/// Dead-letter header: why.
+pub const HEADER_REASON: &str = "Toolstream-Reason";
+/// Dead-letter header: the subject the input arrived on (same name as the store's dead letters).
+pub const HEADER_ORIGINAL_SUBJECT: &str = "Toolstream-Subject";
+/// Dead-letter header: the input stream sequence of the input.
+pub const HEADER_ORIGINAL_SEQ: &str = "Toolstream-Stream-Seq";
+
+/// One input message, owned, ready to be lent to [`Store::apply`] as an [`Input`].
+#[derive(Debug, Clone)]
+pub struct OwnedInput {
+    /// Chunk or result.
+    pub kind: InputKind,
+    /// `<conv>` token.
+    pub conversation_id: String,
+    /// `<msg>` token.
+    pub message_id: String,
+    /// Parsed `Toolstream-Provider`.
+    pub provider: Option<Provider>,
+    /// Producer or transport sequence.
+    pub seq: Seq,
+    /// Parsed `Toolstream-Control`.
+    pub control: Option<Control>,
+    /// The raw body.
+    pub body: Bytes,
+    /// Subject and stream sequence.
+    pub origin: Origin,
+    /// When JetStream stored it (ms since the epoch): the input's time for the store's timers.
+    pub published_ms: u64,
+    /// Why its headers cannot be read (`unknown_provider`, `bad_seq`, `bad_control`), if
+    /// so: the store dead-letters it ([`Store::reject`]) and ends its stream, since a chunk
+    /// that is not assembled leaves a hole in its call.
+    pub rejected: Option<String>,
+}
+
+impl OwnedInput {
+    /// Borrowed view for the store.
+    pub fn as_input(&self) -> Input<'_> {
+        Input {
+            kind: self.kind,
+            conversation_id: &self.conversation_id,
+            message_id: &self.message_id,
+            provider: self.provider,
+            seq: self.seq,
+            control: self.control.clone(),
+            body: &self.body,
+            origin: Some(self.origin.clone()),
+        }
+    }
+}
+
+/// A message that must go straight to the dead-letter subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// The DLQ subject (`<prefix>.dlq.<conv>.<msg>` or `<prefix>.dlq.unroutable`).
+    pub dlq_subject: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Looks a header up by name, ignoring ASCII case (producers are not always careful).
+fn header<'h>(headers: Option<&'h HeaderMap>, name: &str) -> Option<&'h str> {
+    let headers = headers?;
+    if let Some(v) = headers.get(name) {
+        return Some(v.as_str());
+    }
+    headers
+        .iter()
+        .find(|(k, _)| k.to_string().eq_ignore_ascii_case(name))
+        .and_then(|(_, values)| values.first())
+        .map(|v| v.as_str())
+}
+
+/// Turns subject, headers and body into an input (marked `rejected` when its headers cannot
+/// be read), or, when the subject names no conversation and message, says why it must go to
+/// the unroutable dead-letter subject.
+pub fn parse_message(
+    subjects: &Subjects,
+    subject: &str,
+    headers: Option<&HeaderMap>,
+    body: &Bytes,
+    stream_seq: u64,
+    published_ms: u64,
+) -> Result<OwnedInput, Rejected> {
+    let parsed = subjects.parse_input(subject).map_err(|e| Rejected {
+        dlq_subject: subjects.dlq_unroutable(),
+        reason: format!("unroutable_subject: {e}"),
+    })?;
+    let mut rejected = None;
+    let provider = match header(headers, HEADER_PROVIDER).map(str::trim) {
+        None | Some("") => None,
+        Some(name) => {
+            let known = Provider::parse(name);
+            if known.is_none() {
+                rejected = Some(format!("unknown_provider: {name:?}"));
+            }
+            known
+        }
+    };
+    let seq = match header(headers, HEADER_SEQ).map(str::trim) {
+        None | Some("") => Seq::Transport(stream_seq),
+        Some(text) => match text.parse::<u64>() {
+            Ok(n) => Seq::Producer(n),
+            Err(_) => {
+                rejected.get_or_insert(format!(
+                    "bad_seq: {HEADER_SEQ} {text:?} is not a non-negative integer"
+                ));
+                Seq::Transport(stream_seq)
+            }
+        },
+    };
+    let control = match header(headers, HEADER_CONTROL).map(str::trim) {
+        None | Some("") => None,
+        Some(c) if c.eq_ignore_ascii_case("end") => Some(Control::End),
+        Some(c) if c.eq_ignore_ascii_case("error") => {
+            let reason = String::from_utf8_lossy(body).trim().to_string();
+            Some(Control::Error(if reason.is_empty() {
+                "producer_error".to_string()
+            } else {
+                reason
+            }))
+        }
+        Some(other) => {
+            rejected.get_or_insert(format!(
+                "bad_control: {HEADER_CONTROL} {other:?} (expected end or error)"
+            ));
+            None
+        }
+    };
+    Ok(OwnedInput {
+        kind: parsed.kind,
+        conversation_id: parsed.conversation_id.to_string(),
+        message_id: parsed.message_id.to_string(),
+        provider,
+        seq,
+        control,
+        body: body.clone(),
+        origin: Origin {
+            subject: subject.to_string(),
+            stream_seq,
+        },
+        published_ms,
+        rejected,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consume::testing::subjects;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, *v);
+        }
+        h
+    }
+
+    #[test]
+    fn headers_become_provider_seq_and_control() {
+        let h = headers(&[("Toolstream-Provider", "groq"), ("Toolstream-Seq", "7")]);
+        let body = Bytes::from_static(b"{}");
+        let i =
+            parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 42, 0).unwrap();
+        assert_eq!(i.provider, Some(Provider::OpenaiChat));
+        assert_eq!(i.seq, Seq::Producer(7));
+        assert_eq!(i.control, None);
+        assert_eq!(i.origin.stream_seq, 42);
+        assert_eq!(
+            (i.conversation_id.as_str(), i.message_id.as_str()),
+            ("c", "m")
+        );
+    }
+
+    #[test]
+    fn without_a_producer_seq_the_stream_sequence_orders() {
+        let body = Bytes::from_static(b"{}");
+        let i = parse_message(&subjects(), "toolstream.results.c.m", None, &body, 9, 0).unwrap();
+        assert_eq!(i.seq, Seq::Transport(9));
+        assert_eq!(i.kind, InputKind::Result);
+    }
+
+    #[test]
+    fn control_error_carries_the_body_as_reason() {
+        let h = headers(&[("toolstream-control", "error")]);
+        let body = Bytes::from_static(b"upstream reset\n");
+        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap();
+        assert_eq!(i.control, Some(Control::Error("upstream reset".into())));
+    }
+
+    #[test]
+    fn a_subject_with_a_missing_token_goes_to_the_unroutable_dlq() {
+        let body = Bytes::new();
+        let r =
+            parse_message(&subjects(), "toolstream.chunks.only", None, &body, 1, 0).unwrap_err();
+        assert_eq!(r.dlq_subject, "toolstream.dlq.unroutable");
+        assert!(r.reason.starts_with("unroutable_subject"), "{}", r.reason);
+    }
+
+    #[test]
+    fn a_header_the_worker_cannot_read_marks_the_input_rejected_for_the_store() {
+        let h = headers(&[("Toolstream-Seq", "three")]);
+        let body = Bytes::new();
+        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap();
+        let reason = i.rejected.expect("rejected");
+        assert!(reason.starts_with("bad_seq"), "{reason}");
+        assert_eq!(i.seq, Seq::Transport(1));
+        let h = headers(&[("Toolstream-Provider", "nope")]);
+        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap();
+        let reason = i.rejected.expect("rejected");
+        assert!(reason.starts_with("unknown_provider"), "{reason}");
+        let h = headers(&[("Toolstream-Control", "stop")]);
+        let i = parse_message(&subjects(), "toolstream.chunks.c.m", Some(&h), &body, 1, 0).unwrap();
+        assert!(i.rejected.expect("rejected").starts_with("bad_control"));
+    }
+}

@@ -1,0 +1,49 @@
+//! # toolstream
+//!
+//! The `toolstream` binary as a library: `main.rs` only parses the command line
+//! ([`cli::Cli`]) and hands over. Everything lives in five rooms.
+//!
+//! ## Layout
+//! - `cli/` — the commands and their flags:
+//!   - `cli/mod.rs` — [`cli::Cli`]: the subcommands and the one place errors become an exit code;
+//!   - `cli/replay.rs` — `toolstream replay`: recorded streams through the real assembler on a
+//!     temporary sled store, events printed as JSON lines. No server needed;
+//!   - `cli/publish.rs` — `toolstream publish`: a recorded stream (or tool results) to JetStream
+//!     as a producer would send it; `cli/publish/msg_id.rs` — the one builder of unambiguous
+//!     `Nats-Msg-Id`s;
+//!   - `cli/tail.rs` — `toolstream tail`: events as JSON lines, live or from the start;
+//!   - `cli/client_args.rs` — the connection flags `publish` and `tail` share.
+//! - `run/` — `toolstream run`, the JetStream worker:
+//!   - `run/mod.rs` — the wiring from configuration to a clean exit, and the shutdown order;
+//!   - `run/args.rs` (the flags and environment variables, laid over the file),
+//!     `run/config.rs` (the typed settings, defaults, the TOML file), `run/validate.rs` (the
+//!     settings refused together), `run/duration.rs` (human durations);
+//!   - `run/shutdown.rs` — the one stop path; `run/private_dir.rs` — the data directory,
+//!     created 0700; `run/redact.rs` — what logs may show of a reason;
+//!   - `run/failpoints.rs` — test crashes, compiled only with the feature `failpoints`.
+//! - `nats/` — talking to the server: `nats/connect.rs` (auth, TLS, reconnects),
+//!   `nats/provision.rs` (streams, consumers, checked never reconfigured), `nats/subjects.rs`
+//!   (every subject, and the parser of input subjects).
+//! - `consume/` — fetch → apply → flush → ack:
+//!   - `consume/mod.rs` — [`consume::ConsumeLoop`]: the loop, pulling, ticking the timers;
+//!   - `consume/inputs.rs` — subject, headers and body into an assembler input;
+//!   - `consume/batch.rs` — one batch through the store, then every message settled;
+//!   - `consume/apply.rs` — applying on the blocking pool, storage errors retried in place;
+//!   - `consume/poison.rs` — a redelivered input applied alone, behind a note;
+//!   - `consume/settle.rs` — ack, term or nak, decided once; straight dead letters;
+//!   - `consume/watermark.rs` — the settled watermark, the clock of the store's timers.
+//! - `serve/` — what the worker answers: `serve/query.rs` (snapshots and history over the
+//!   NATS service API), `serve/http.rs` (`/metrics`, `/healthz`), `serve/metrics.rs` (the
+//!   counters and histograms).
+//! - `relay_task.rs` — the outbox relay loop (moving into the `sink` crate).
+
+pub mod cli;
+pub(crate) mod consume;
+pub(crate) mod nats;
+pub(crate) mod run;
+pub(crate) mod serve;
+
+mod relay_task;
+// relay_task.rs names these by their old paths until it moves into `sink`.
+use run::shutdown;
+use serve::metrics;

@@ -1,0 +1,335 @@
+//! `toolstream run`'s flags (each reading its `TOOLSTREAM_*` environment variable when absent)
+//! and how they are laid over the config file: [`RunArgs::resolve`].
+
+use super::config::{Config, LogFormat, MAX_REPLICAS};
+use super::duration::HumanDuration;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Arguments of `toolstream run`. Every setting is optional here: given ones override the
+/// config file; each reads its `TOOLSTREAM_*` environment variable when the flag is absent.
+#[derive(Debug, Default, clap::Args)]
+pub struct RunArgs {
+    /// TOML config file (see deploy/toolstream.toml for every setting).
+    #[arg(long, env = "TOOLSTREAM_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+
+    /// NATS server URL(s), comma-separated [default: nats://127.0.0.1:4222].
+    #[arg(long, env = "TOOLSTREAM_NATS_URL", value_name = "URL")]
+    pub nats_url: Option<String>,
+    /// Directory of the sled store [default: ./data].
+    #[arg(long, env = "TOOLSTREAM_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// First token of every subject [default: toolstream].
+    #[arg(long, env = "TOOLSTREAM_SUBJECT_PREFIX", value_name = "PREFIX")]
+    pub subject_prefix: Option<String>,
+    /// Prefix of the worker's reply subjects; give it its own (e.g. _INBOX_toolstream) that
+    /// only it may subscribe to [default: _INBOX].
+    #[arg(long, env = "TOOLSTREAM_INBOX_PREFIX", value_name = "PREFIX")]
+    pub inbox_prefix: Option<String>,
+    /// Log format [default: human]; the level comes from RUST_LOG.
+    #[arg(long, env = "TOOLSTREAM_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Listen address of /metrics and /healthz [default: 127.0.0.1:9090].
+    #[arg(long, env = "TOOLSTREAM_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// NATS token authentication.
+    #[arg(long, env = "TOOLSTREAM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// NATS user (with --password).
+    #[arg(long, env = "TOOLSTREAM_USER")]
+    pub user: Option<String>,
+    /// NATS password (with --user); prefer the environment variable.
+    #[arg(long, env = "TOOLSTREAM_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// File holding an nkey seed.
+    #[arg(long, env = "TOOLSTREAM_NKEY_SEED_FILE", value_name = "FILE")]
+    pub nkey_seed_file: Option<PathBuf>,
+    /// NATS .creds file (JWT + seed).
+    #[arg(long, env = "TOOLSTREAM_CREDS_FILE", value_name = "FILE")]
+    pub creds_file: Option<PathBuf>,
+    /// Require TLS towards the server.
+    #[arg(long, env = "TOOLSTREAM_TLS_REQUIRED", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub tls_required: Option<bool>,
+    /// PEM file of CA certificates for the server's certificate.
+    #[arg(long, env = "TOOLSTREAM_TLS_CA_FILE", value_name = "FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (with --tls-key-file).
+    #[arg(long, env = "TOOLSTREAM_TLS_CERT_FILE", value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of the client certificate.
+    #[arg(long, env = "TOOLSTREAM_TLS_KEY_FILE", value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// Input stream name [default: TOOLSTREAM_IN].
+    #[arg(long, env = "TOOLSTREAM_INPUT_STREAM", value_name = "NAME")]
+    pub input_stream: Option<String>,
+    /// Events stream name [default: TOOLSTREAM_EVENTS].
+    #[arg(long, env = "TOOLSTREAM_EVENTS_STREAM", value_name = "NAME")]
+    pub events_stream: Option<String>,
+    /// Dead-letter stream name [default: TOOLSTREAM_DLQ].
+    #[arg(long, env = "TOOLSTREAM_DLQ_STREAM", value_name = "NAME")]
+    pub dlq_stream: Option<String>,
+    /// Duplicate window of the events stream [default: 1h].
+    #[arg(long, env = "TOOLSTREAM_DUPLICATE_WINDOW", value_name = "DURATION")]
+    pub duplicate_window: Option<HumanDuration>,
+    /// Replicas of each stream toolstream creates, 1..=5; 3 on a JetStream cluster [default: 1].
+    #[arg(long, env = "TOOLSTREAM_REPLICAS", value_name = "N",
+          value_parser = clap::value_parser!(u8).range(1..=MAX_REPLICAS as i64))]
+    pub replicas: Option<u8>,
+
+    /// Durable consumer name [default: toolstream]; partition k uses <name>-p<k>-chunks and
+    /// <name>-p<k>-results.
+    #[arg(long, env = "TOOLSTREAM_CONSUMER", value_name = "NAME")]
+    pub consumer: Option<String>,
+    /// Number of partitions [default: 1].
+    #[arg(long, env = "TOOLSTREAM_PARTITIONS", value_name = "N")]
+    pub partitions: Option<u32>,
+    /// The partition this worker owns [default: 0].
+    #[arg(long, env = "TOOLSTREAM_PARTITION", value_name = "K")]
+    pub partition: Option<u32>,
+    /// Messages per batch, one sled flush per batch [default: 256].
+    #[arg(long, env = "TOOLSTREAM_BATCH_SIZE", value_name = "N")]
+    pub batch_size: Option<usize>,
+    /// How long one pull request waits on the server [default: 5s].
+    #[arg(long, env = "TOOLSTREAM_FETCH_EXPIRY", value_name = "DURATION")]
+    pub fetch_expiry: Option<HumanDuration>,
+    /// Deliveries of one message before the worker dead-letters it (store_error, poison) [default: 5].
+    #[arg(long, env = "TOOLSTREAM_MAX_DELIVER", value_name = "N")]
+    pub max_deliver: Option<i64>,
+    /// Unacked messages the consumer may hold [default: 4096].
+    #[arg(long, env = "TOOLSTREAM_MAX_ACK_PENDING", value_name = "N")]
+    pub max_ack_pending: Option<i64>,
+    /// Ack deadline before redelivery [default: 60s].
+    #[arg(long, env = "TOOLSTREAM_ACK_WAIT", value_name = "DURATION")]
+    pub ack_wait: Option<HumanDuration>,
+    /// Redelivery delay after a storage error [default: 2s].
+    #[arg(long, env = "TOOLSTREAM_NAK_DELAY", value_name = "DURATION")]
+    pub nak_delay: Option<HumanDuration>,
+    /// How often stream timeouts are checked [default: 1s].
+    #[arg(long, env = "TOOLSTREAM_TICK_INTERVAL", value_name = "DURATION")]
+    pub tick_interval: Option<HumanDuration>,
+
+    /// Outbox rows published per relay round [default: 512].
+    #[arg(long, env = "TOOLSTREAM_RELAY_BATCH", value_name = "N")]
+    pub relay_batch: Option<usize>,
+    /// Relay wakes at least this often [default: 1s].
+    #[arg(long, env = "TOOLSTREAM_RELAY_INTERVAL", value_name = "DURATION")]
+    pub relay_interval: Option<HumanDuration>,
+    /// Longest wait for the outbox to drain on shutdown [default: 10s].
+    #[arg(long, env = "TOOLSTREAM_SHUTDOWN_TIMEOUT", value_name = "DURATION")]
+    pub shutdown_timeout: Option<HumanDuration>,
+
+    /// Largest argument text of one call in bytes [default: 8388608].
+    #[arg(long, env = "TOOLSTREAM_MAX_ARGUMENT_BYTES", value_name = "BYTES")]
+    pub max_argument_bytes: Option<usize>,
+    /// Most calls per message [default: 256].
+    #[arg(long, env = "TOOLSTREAM_MAX_CALLS_PER_MESSAGE", value_name = "N")]
+    pub max_calls_per_message: Option<usize>,
+    /// Most chunk streams open at once [default: 100000].
+    #[arg(long, env = "TOOLSTREAM_MAX_OPEN_STREAMS", value_name = "N")]
+    pub max_open_streams: Option<usize>,
+    /// A stream idle this long is ended, open calls abandoned [default: 300000].
+    #[arg(long, env = "TOOLSTREAM_IDLE_TIMEOUT_MS", value_name = "MS")]
+    pub idle_timeout_ms: Option<u64>,
+    /// An unfilled sequence gap ends the stream after this long [default: 30000].
+    #[arg(long, env = "TOOLSTREAM_GAP_TIMEOUT_MS", value_name = "MS")]
+    pub gap_timeout_ms: Option<u64>,
+    /// A result without its call becomes orphaned after this long [default: 600000].
+    #[arg(long, env = "TOOLSTREAM_ORPHAN_GRACE_MS", value_name = "MS")]
+    pub orphan_grace_ms: Option<u64>,
+    /// Completed messages are deleted this long after completion; 0 keeps them forever
+    /// [default: 604800000 (7 days)].
+    #[arg(long, env = "TOOLSTREAM_RETENTION_MS", value_name = "MS")]
+    pub retention_ms: Option<u64>,
+}
+
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *slot = v;
+    }
+}
+
+fn set_opt<T>(slot: &mut Option<T>, value: Option<T>) {
+    if value.is_some() {
+        *slot = value;
+    }
+}
+
+impl RunArgs {
+    /// The effective configuration: defaults < file < environment < flags, validated.
+    pub fn resolve(self) -> anyhow::Result<Config> {
+        let mut c = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        set(&mut c.nats_url, self.nats_url);
+        set(&mut c.data_dir, self.data_dir);
+        set(&mut c.subject_prefix, self.subject_prefix);
+        set(&mut c.inbox_prefix, self.inbox_prefix);
+        set(&mut c.log_format, self.log_format);
+        set(&mut c.metrics_listen, self.metrics_listen);
+
+        set_opt(&mut c.auth.token, self.token);
+        set_opt(&mut c.auth.user, self.user);
+        set_opt(&mut c.auth.password, self.password);
+        set_opt(&mut c.auth.nkey_seed_file, self.nkey_seed_file);
+        set_opt(&mut c.auth.creds_file, self.creds_file);
+        set(&mut c.tls.required, self.tls_required);
+        set_opt(&mut c.tls.ca_file, self.tls_ca_file);
+        set_opt(&mut c.tls.cert_file, self.tls_cert_file);
+        set_opt(&mut c.tls.key_file, self.tls_key_file);
+
+        set(&mut c.streams.input, self.input_stream);
+        set(&mut c.streams.events, self.events_stream);
+        set(&mut c.streams.dlq, self.dlq_stream);
+        set(&mut c.streams.duplicate_window, self.duplicate_window);
+        set(&mut c.streams.replicas, self.replicas.map(usize::from));
+
+        set(&mut c.consumer.name, self.consumer);
+        set(&mut c.consumer.partitions, self.partitions);
+        set(&mut c.consumer.partition, self.partition);
+        set(&mut c.consumer.batch_size, self.batch_size);
+        set(&mut c.consumer.fetch_expiry, self.fetch_expiry);
+        set(&mut c.consumer.max_deliver, self.max_deliver);
+        set(&mut c.consumer.max_ack_pending, self.max_ack_pending);
+        set(&mut c.consumer.ack_wait, self.ack_wait);
+        set(&mut c.consumer.nak_delay, self.nak_delay);
+        set(&mut c.consumer.tick_interval, self.tick_interval);
+
+        set(&mut c.relay.batch, self.relay_batch);
+        set(&mut c.relay.interval, self.relay_interval);
+        set(&mut c.relay.shutdown_timeout, self.shutdown_timeout);
+
+        set(&mut c.assembler.max_argument_bytes, self.max_argument_bytes);
+        set(
+            &mut c.assembler.max_calls_per_message,
+            self.max_calls_per_message,
+        );
+        set(&mut c.assembler.max_open_streams, self.max_open_streams);
+        set(&mut c.assembler.idle_timeout_ms, self.idle_timeout_ms);
+        set(&mut c.assembler.gap_timeout_ms, self.gap_timeout_ms);
+        set(&mut c.assembler.orphan_grace_ms, self.orphan_grace_ms);
+        set(&mut c.assembler.retention_ms, self.retention_ms);
+
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::time::Duration;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: RunArgs,
+    }
+
+    #[test]
+    fn flags_override_the_file_and_absent_flags_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(
+            &path,
+            "subject_prefix = \"filepre\"\n[consumer]\nbatch_size = 7\nack_wait = \"30s\"\n",
+        )
+        .unwrap();
+        let cli = Cli::parse_from(["x", "--config", path.to_str().unwrap(), "--batch-size", "9"]);
+        let c = cli.args.resolve().unwrap();
+        assert_eq!(c.consumer.batch_size, 9, "flag wins over file");
+        assert_eq!(c.subject_prefix, "filepre", "file wins over default");
+        assert_eq!(c.consumer.ack_wait.get(), Duration::from_secs(30));
+        assert_eq!(c.consumer.max_deliver, 5, "default stays");
+    }
+
+    /// tokio's `interval` panics on a zero period, and `Instant + huge` overflows: such
+    /// values used to pass validation and crash the worker at start.
+    #[test]
+    fn timer_settings_that_would_panic_are_refused_with_their_name() {
+        for (flags, field) in [
+            (["--tick-interval", "0s"], "consumer.tick_interval"),
+            (["--relay-interval", "0s"], "relay.interval"),
+            (["--shutdown-timeout", "400000h"], "relay.shutdown_timeout"),
+        ] {
+            let cli = Cli::parse_from(["x", flags[0], flags[1]]);
+            let err = cli.args.resolve().unwrap_err();
+            assert!(err.to_string().contains(field), "{flags:?}: {err}");
+        }
+    }
+
+    /// Settings that cannot work together are refused at start, saying why: a duplicate
+    /// window the relay's re-publication outlives would show events twice, and one delivery
+    /// would let any crash dead-letter every input the worker held. (The timers themselves
+    /// cannot conflict any more: they run on the settled watermark, see watermark.rs.)
+    #[test]
+    fn settings_that_cannot_work_together_are_refused_saying_why() {
+        for (flags, field, why) in [
+            (
+                ["--duplicate-window", "10s"],
+                "streams.duplicate_window",
+                "published again",
+            ),
+            (["--max-deliver", "1"], "consumer.max_deliver", "crash"),
+        ] {
+            let cli = Cli::parse_from(["x", flags[0], flags[1]]);
+            let err = cli.args.resolve().unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains(why), "{flags:?}: {err}");
+        }
+        for ok in [
+            ["--gap-timeout-ms", "0"],
+            ["--idle-timeout-ms", "1"],
+            ["--ack-wait", "24h"],
+        ] {
+            let cli = Cli::parse_from(["x", ok[0], ok[1]]);
+            assert!(
+                cli.args.resolve().is_ok(),
+                "{ok:?} works with every other timer"
+            );
+        }
+    }
+
+    #[test]
+    fn replicas_come_from_file_and_flag_and_stay_in_1_to_5() {
+        assert_eq!(Config::default().streams.replicas, 1);
+        let c = Config::from_toml("[streams]\nreplicas = 3\n").unwrap();
+        assert_eq!(c.streams.replicas, 3);
+        for bad in [0, 6] {
+            let err = Config::from_toml(&format!("[streams]\nreplicas = {bad}\n")).unwrap_err();
+            assert!(format!("{err:#}").contains("streams.replicas"), "{err:#}");
+        }
+        let c = Cli::parse_from(["x", "--replicas", "3"])
+            .args
+            .resolve()
+            .unwrap();
+        assert_eq!(c.streams.replicas, 3);
+        for bad in ["0", "6", "three"] {
+            assert!(
+                Cli::try_parse_from(["x", "--replicas", bad]).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn partition_out_of_range_names_the_setting() {
+        let cli = Cli::parse_from(["x", "--partitions", "2", "--partition", "2"]);
+        let err = cli.args.resolve().unwrap_err();
+        assert!(err.to_string().contains("consumer.partition"), "{err}");
+    }
+
+    #[test]
+    fn two_auth_kinds_at_once_are_rejected() {
+        let cli = Cli::parse_from(["x", "--token", "t", "--creds-file", "/x.creds"]);
+        assert!(cli.args.resolve().is_err());
+        let cli = Cli::parse_from(["x", "--user", "u"]);
+        assert!(cli.args.resolve().is_err(), "user without password");
+    }
+}
