@@ -32,7 +32,8 @@
 //! - [`config`] — [`Config`]: limits and timeouts, documented defaults.
 //! - [`input`] — [`Input`] (one JetStream message), [`Seq`], [`Control`], [`Applied`].
 //! - [`outbox`] — [`OutboxEntry`]: events and dead letters waiting for the relay.
-//! - [`error`] — [`StoreError`]: storage failures only (bad input is dead-lettered).
+//! - [`error`] — [`StoreError`]: storage failures only (bad input is dead-lettered), typed
+//!   without any backend's error type ([`BackendErrorKind`]).
 
 #![warn(missing_docs)]
 
@@ -46,7 +47,7 @@ pub mod storage;
 pub mod store;
 
 pub use config::Config;
-pub use error::StoreError;
+pub use error::{BackendErrorKind, StoreError};
 pub use input::{Applied, Control, Input, InputKind, Origin, Seq};
 pub use outbox::{OutboxEntry, OutboxKind};
 pub use store::Store;

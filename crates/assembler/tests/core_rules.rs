@@ -1,5 +1,5 @@
-//! The identity and completion rules of design.md, pinned on the pure core with hand-built
-//! chunk events (one test per quirk peers got wrong).
+//! The identity and completion rules (`docs/contracts.md`, "Identity and completion rules"),
+//! pinned on the pure core with hand-built chunk events (one test per quirk peers got wrong).
 
 use assembler::core::{self, Limits, MessageState, StepOutput};
 use chunk_model::{

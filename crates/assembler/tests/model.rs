@@ -13,6 +13,7 @@ mod common;
 use assembler::core::{self, emit, Limits, MessagePhase, MessageState, PendingResult, StepOutput};
 use assembler::storage::sled_backend::SledStorage;
 use assembler::{Config, Input, InputKind, Seq, Store};
+use chunk_model::wire::Reason;
 use chunk_model::{Event, EventType, MessageSnapshot, MessageStatus, Provider, ResultInput};
 use common::{oa_delta, oa_finish};
 use proptest::prelude::*;
@@ -274,7 +275,7 @@ impl Model {
                     st.pending.clear();
                     st.gap_since = None;
                     st.closed = true;
-                    self.end(msg, "lost_chunk", now);
+                    self.end(msg, Reason::LostChunk, now);
                     return;
                 };
                 let mut out = StepOutput::default();
@@ -363,7 +364,7 @@ impl Model {
                     st.pending.clear();
                     st.gap_since = None;
                     st.closed = true;
-                    self.end(&key.1, "gap", now);
+                    self.end(&key.1, Reason::Gap, now);
                 }
                 InputKind::Result => {
                     let (first, body) = st.pending.pop_first().unwrap();
@@ -381,7 +382,7 @@ impl Model {
                 .get(&key.1)
                 .is_some_and(|m| m.phase != MessagePhase::Completed);
             if open && now - self.streams[key].activity >= IDLE {
-                self.end(&key.1, "timeout", now);
+                self.end(&key.1, Reason::Timeout, now);
             }
         }
         let due: Vec<String> = self
@@ -421,7 +422,7 @@ impl Model {
         }
     }
 
-    fn end(&mut self, msg: &str, reason: &str, now: u64) {
+    fn end(&mut self, msg: &str, reason: Reason, now: u64) {
         let mut out = StepOutput::default();
         let m = self.message(msg, Some(Provider::OpenaiChat));
         core::step::abandon(m, reason, &mut out);

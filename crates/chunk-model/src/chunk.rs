@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// How a fragment or end signal locates its call. The assembler matches by `wire_id`, then
-/// `index`, then `item_id` (design.md "Identity and completion rules").
+/// `index`, then `item_id` (`docs/contracts.md`, "Identity and completion rules").
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallRef {
     /// Position the provider gave the call: OpenAI `tool_calls[].index`, Anthropic/Bedrock

@@ -1,8 +1,9 @@
 //! Ending calls and messages: judging arguments, reasons, and `message.completed`.
 
 use super::emit;
+use super::output::{ArgOp, StepOutput};
 use super::state::{MessagePhase, MessageState};
-use super::step::{ArgOp, StepOutput};
+use chunk_model::wire::Reason;
 use chunk_model::{parse_arguments, partial_args, CallStatus, Event, EventType};
 
 /// How a call ends.
@@ -11,20 +12,14 @@ pub enum EndHow {
     /// An authoritative normal end: valid JSON → `completed`, else `invalid` (`invalid_json`,
     /// or `argument_depth` for arguments nested deeper than 64 levels).
     Judge,
-    /// Cut off (token limit): `invalid` with this reason, raw text kept.
-    Invalid(String),
+    /// Cut off (token limit), or structured pieces that build no arguments
+    /// (`invalid_partial_args`): `invalid` with this reason, raw text kept.
+    Invalid(Reason),
     /// Over a limit (`argument_limit`, `call_limit`): `invalid` even without a name.
-    Limit(String),
+    Limit(Reason),
     /// The stream ended, errored, broke or timed out first: `abandoned` with this reason.
-    Abandon(String),
+    Abandon(Reason),
 }
-
-/// Reason of a call that ended before its name was known.
-pub const NO_NAME: &str = "no_name";
-
-/// Reason of a call whose structured argument pieces do not build arguments (bad or too
-/// deep path, conflicting pieces).
-pub const INVALID_PARTIAL_ARGS: &str = "invalid_partial_args";
 
 /// Ends the call at `pos` (no-op if it is already terminal), emitting `tool_call.started` first
 /// when its name is known and it was not emitted yet, then the terminal event.
@@ -41,7 +36,7 @@ pub fn end_call(msg: &mut MessageState, pos: usize, how: EndHow, out: &mut StepO
     }
     let (status, reason) = match how {
         EndHow::Limit(r) => (CallStatus::Invalid, Some(r)),
-        _ if !named => (CallStatus::Abandoned, Some(NO_NAME.to_string())),
+        _ if !named => (CallStatus::Abandoned, Some(Reason::NoName)),
         EndHow::Invalid(r) => (CallStatus::Invalid, Some(r)),
         EndHow::Abandon(r) => (CallStatus::Abandoned, Some(r)),
         EndHow::Judge => judge(msg, pos, out),
@@ -56,7 +51,7 @@ pub fn end_call(msg: &mut MessageState, pos: usize, how: EndHow, out: &mut StepO
         return;
     };
     call.status = status;
-    call.reason = reason;
+    call.reason = reason.map(|r| r.as_str().to_string());
     let ty = match status {
         CallStatus::Completed => EventType::ToolCallCompleted,
         CallStatus::Invalid => EventType::ToolCallInvalid,
@@ -85,9 +80,9 @@ pub fn emit_started(msg: &mut MessageState, pos: usize, out: &mut StepOutput) {
 
 /// Judges a normally ended call's arguments (building them from structured pieces when no
 /// text was assembled) and returns its status; stores the parsed value on success.
-fn judge(msg: &mut MessageState, pos: usize, out: &mut StepOutput) -> (CallStatus, Option<String>) {
+fn judge(msg: &mut MessageState, pos: usize, out: &mut StepOutput) -> (CallStatus, Option<Reason>) {
     let Some(call) = msg.calls.get_mut(pos) else {
-        return (CallStatus::Abandoned, Some(NO_NAME.to_string()));
+        return (CallStatus::Abandoned, Some(Reason::NoName));
     };
     if call.args_len == 0 && call.path_pieces > 0 {
         match partial_args::build(&call.path_values) {
@@ -101,7 +96,7 @@ fn judge(msg: &mut MessageState, pos: usize, out: &mut StepOutput) -> (CallStatu
                 call.pieces = 1;
                 call.hold_text(text);
             }
-            Err(_) => return (CallStatus::Invalid, Some(INVALID_PARTIAL_ARGS.to_string())),
+            Err(_) => return (CallStatus::Invalid, Some(Reason::InvalidPartialArgs)),
         }
     }
     match parse_arguments(&call.args) {
@@ -110,7 +105,7 @@ fn judge(msg: &mut MessageState, pos: usize, out: &mut StepOutput) -> (CallStatu
             (CallStatus::Completed, None)
         }
         // `invalid_json`, or `argument_depth` past chunk_model's MAX_ARGUMENT_DEPTH (64).
-        Err(e) => (CallStatus::Invalid, Some(e.reason().to_string())),
+        Err(e) => (CallStatus::Invalid, Some(e.reason())),
     }
 }
 

@@ -4,19 +4,30 @@
 //! - [`mod@step`] — applies one normalized [`chunk_model::ChunkEvent`] to a message: identity
 //!   matching, appending, ends, limits. Returns the events and argument writes it caused.
 //! - [`end`] — ending calls and messages (judging arguments, reasons) and `message.completed`.
+//! - [`output`] — [`StepOutput`] / [`ArgOp`]: what a step caused (shared by `step` and `end`,
+//!   which calls nothing in `step`: the dependency runs one way).
 //! - [`emit`] — building [`chunk_model::Event`]s with deterministic ids.
 //! - [`order`] — per-stream ordering decisions (apply / duplicate / park) and timers.
-//! - [`results`] — assembling tool results and deciding when they match or are orphaned.
+//! - [`results`] — tool results assembled while they wait for their call.
+//! - [`matching`] — matching results to calls and orphaning them: pure decisions
+//!   ([`matching::ResultDecision`], [`matching::RegisterDecision`],
+//!   [`matching::OrphanDecision`]) the store carries out.
+//! - [`snapshot`] — a message's state as a [`chunk_model::MessageSnapshot`].
 
 pub mod emit;
 pub mod end;
+pub mod matching;
 pub mod order;
+pub mod output;
 pub mod results;
+pub mod snapshot;
 pub mod state;
 pub mod step;
 
 pub use end::{complete_if_done, end_message, EndHow};
+pub use matching::{CallIndex, OrphanDecision, RegisterDecision, ResultDecision};
 pub use order::{Admission, StreamState};
+pub use output::{ArgOp, StepOutput};
 pub use results::PendingResult;
 pub use state::{CallState, Limits, MessagePhase, MessageState};
-pub use step::{step, ArgOp, StepOutput};
+pub use step::step;

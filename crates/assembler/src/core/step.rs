@@ -1,5 +1,5 @@
 //! Applying one normalized chunk event to a message: identity matching, appending, ends and
-//! limits (design.md "Identity and completion rules").
+//! limits (`docs/contracts.md`, "Identity and completion rules").
 //!
 //! Matching: by wire id, then provider index, then item id; blank strings are absent. The
 //! same index with a new non-empty wire id starts a new call. A fragment with no reference at
@@ -13,85 +13,15 @@
 //! reported in [`StepOutput::after_end`] so the store can dead-letter its input instead of
 //! dropping it without a trace.
 
-use super::end::{emit_started, end_call, end_message, EndHow, INVALID_PARTIAL_ARGS};
+use super::end::{emit_started, end_call, end_message, EndHow};
+use super::output::{ArgOp, StepOutput};
 use super::state::{CallState, Limits, MessageState};
 use crate::input::Control;
 use chunk_model::depth::{value_depth, MAX_ARGUMENT_DEPTH};
-use chunk_model::{CallEnd, CallFragment, CallRef, ChunkEvent, Event, Finish, ResultInput};
+use chunk_model::wire::reason::finish;
+use chunk_model::wire::Reason;
+use chunk_model::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
 use serde_json::{Map, Value};
-
-/// A write of argument text the store must persist (the core holds the text in memory only
-/// while the store lets it: see [`CallState::text_held`] and [`needs_text`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArgOp {
-    /// Append `text` as piece number `piece` of call `call`.
-    Append {
-        /// Call position.
-        call: u32,
-        /// Piece number (0-based, consecutive).
-        piece: u32,
-        /// The text.
-        text: String,
-    },
-    /// Append one structured argument piece (stored as its JSON) as piece number `piece` of
-    /// call `call`'s structured pieces.
-    AppendPath {
-        /// Call position.
-        call: u32,
-        /// Piece number (0-based, consecutive).
-        piece: u32,
-        /// The piece as JSON text.
-        json: String,
-    },
-    /// Replace the call's `old_pieces` pieces with one piece (number 0) holding `text`.
-    Replace {
-        /// Call position.
-        call: u32,
-        /// How many pieces were stored before.
-        old_pieces: u32,
-        /// The complete text.
-        text: String,
-    },
-}
-
-/// What one step caused.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StepOutput {
-    /// Events, in order.
-    pub events: Vec<Event>,
-    /// Argument writes, in order.
-    pub arg_ops: Vec<ArgOp>,
-    /// Calls whose consumer-facing id was fixed (results may now match them).
-    pub registered: Vec<u32>,
-    /// Tool results carried inside the call stream (AI SDK `tool-result`).
-    pub results: Vec<ResultInput>,
-    /// A call statement arrived after the message ended and carried something it cannot
-    /// take (argument text or structured pieces, or a call the message does not know).
-    pub after_end: bool,
-    /// A step built an event or judged a call whose argument text was not held in memory
-    /// (the store did not read it back first, see [`needs_text`]): the events are wrong and
-    /// the store must not commit them.
-    pub text_missing: bool,
-}
-
-impl StepOutput {
-    /// Appends an event when there is one.
-    pub fn push_event(&mut self, ev: Option<Event>) {
-        if let Some(ev) = ev {
-            self.events.push(ev);
-        }
-    }
-
-    /// Empties every list, keeping allocations.
-    pub fn clear(&mut self) {
-        self.events.clear();
-        self.arg_ops.clear();
-        self.registered.clear();
-        self.results.clear();
-        self.after_end = false;
-        self.text_missing = false;
-    }
-}
 
 /// How a reference matched a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,22 +132,22 @@ pub fn step(msg: &mut MessageState, ev: ChunkEvent, limits: &Limits, out: &mut S
         ChunkEvent::MessageEnd { finish, reason } => {
             let how = match finish {
                 Finish::Complete => EndHow::Judge,
-                Finish::Truncated => EndHow::Invalid("truncated".to_string()),
-                Finish::Filtered => EndHow::Abandon("filtered".to_string()),
-                Finish::Error => EndHow::Abandon("provider_error".to_string()),
+                Finish::Truncated => EndHow::Invalid(Reason::Truncated),
+                Finish::Filtered => EndHow::Abandon(Reason::Filtered),
+                Finish::Error => EndHow::Abandon(Reason::ProviderError),
             };
             let reason = if reason.trim().is_empty() {
-                "stop"
+                finish::STOP
             } else {
                 reason.as_str()
             };
             end_message(msg, reason, how, out);
         }
-        ChunkEvent::StreamEnd => end_message(msg, "stream_end", EndHow::Judge, out),
+        ChunkEvent::StreamEnd => end_message(msg, finish::STREAM_END, EndHow::Judge, out),
         ChunkEvent::ProviderError { .. } => end_message(
             msg,
-            "provider_error",
-            EndHow::Abandon("provider_error".to_string()),
+            finish::PROVIDER_ERROR,
+            EndHow::Abandon(Reason::ProviderError),
             out,
         ),
         ChunkEvent::ToolResult(r) => out.results.push(r),
@@ -229,14 +159,14 @@ pub fn control(msg: &mut MessageState, control: &Control, out: &mut StepOutput) 
     match control {
         Control::End => end_message(
             msg,
-            "control_end",
-            EndHow::Abandon("stream_ended".to_string()),
+            finish::CONTROL_END,
+            EndHow::Abandon(Reason::StreamEnded),
             out,
         ),
         Control::Error(_) => end_message(
             msg,
-            "control_error",
-            EndHow::Abandon("stream_error".to_string()),
+            finish::CONTROL_ERROR,
+            EndHow::Abandon(Reason::StreamError),
             out,
         ),
     }
@@ -272,7 +202,7 @@ fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut 
     }
     learn(call, &f.at, f.name.as_deref(), f.metadata);
     if pos >= limits.max_calls_per_message {
-        end_call(msg, pos, EndHow::Limit("call_limit".to_string()), out);
+        end_call(msg, pos, EndHow::Limit(Reason::CallLimit), out);
         return;
     }
     emit_started(msg, pos, out);
@@ -281,7 +211,7 @@ fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut 
     };
     if let Some(text) = f.arguments.filter(|t| !t.is_empty()) {
         if call.args_len + text.len() > limits.max_argument_bytes {
-            end_call(msg, pos, EndHow::Limit("argument_limit".to_string()), out);
+            end_call(msg, pos, EndHow::Limit(Reason::ArgumentLimit), out);
             return;
         }
         if call.text_held() {
@@ -300,17 +230,12 @@ fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut 
         // Serializing a value recurses once per level: one deeper than any acceptable
         // argument value is refused before it is stored (decoders only send scalars).
         if value_depth(&pv.value) > MAX_ARGUMENT_DEPTH {
-            end_call(
-                msg,
-                pos,
-                EndHow::Invalid(INVALID_PARTIAL_ARGS.to_string()),
-                out,
-            );
+            end_call(msg, pos, EndHow::Invalid(Reason::InvalidPartialArgs), out);
             return;
         }
         let json = serde_json::to_string(&pv).unwrap_or_default();
         if call.args_len + call.path_bytes + json.len() > limits.max_argument_bytes {
-            end_call(msg, pos, EndHow::Limit("argument_limit".to_string()), out);
+            end_call(msg, pos, EndHow::Limit(Reason::ArgumentLimit), out);
             return;
         }
         call.path_bytes += json.len();
@@ -360,12 +285,12 @@ fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepO
     };
     learn(call, &e.at, e.name.as_deref(), e.metadata);
     if pos >= limits.max_calls_per_message {
-        end_call(msg, pos, EndHow::Limit("call_limit".to_string()), out);
+        end_call(msg, pos, EndHow::Limit(Reason::CallLimit), out);
         return;
     }
     if let Some(text) = e.arguments {
         if text.len() > limits.max_argument_bytes {
-            end_call(msg, pos, EndHow::Limit("argument_limit".to_string()), out);
+            end_call(msg, pos, EndHow::Limit(Reason::ArgumentLimit), out);
             return;
         }
         // (text not held: replace it without comparing, which writes the same result)
@@ -419,8 +344,8 @@ pub fn needs_text(msg: &MessageState, ev: &ChunkEvent, limits: &Limits) -> bool 
     }
 }
 
-/// Ends the message because of a toolstream decision (idle `timeout`, sequence `gap`): open
-/// calls `abandoned` with `reason`, which is also the finish reason.
-pub fn abandon(msg: &mut MessageState, reason: &str, out: &mut StepOutput) {
-    end_message(msg, reason, EndHow::Abandon(reason.to_string()), out);
+/// Ends the message because of a toolstream decision (idle `timeout`, sequence `gap`, a
+/// `lost_chunk`): open calls `abandoned` with `reason`, which is also the finish reason.
+pub fn abandon(msg: &mut MessageState, reason: Reason, out: &mut StepOutput) {
+    end_message(msg, reason.as_str(), EndHow::Abandon(reason), out);
 }

@@ -24,7 +24,7 @@
 //! stream's state within a batch collapse into one sled write per key.
 
 use super::{Pair, Space, Storage, Write, WriteSet};
-use crate::error::StoreError;
+use crate::error::{BackendErrorKind, StoreError};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -77,6 +77,30 @@ fn piece_of(key: &[u8]) -> Option<(&[u8], u32)> {
     Some((prefix, u32::from_be_bytes(n)))
 }
 
+/// sled's errors as the store's typed [`StoreError::Backend`] (the storage seam names no
+/// sled type; the message text is sled's own).
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> StoreError {
+        let kind = match &e {
+            sled::Error::Io(_) => BackendErrorKind::Io,
+            sled::Error::Corruption { .. } => BackendErrorKind::Corruption,
+            sled::Error::Unsupported(_) => BackendErrorKind::Unsupported,
+            sled::Error::CollectionNotFound(_) | sled::Error::ReportableBug(_) => {
+                BackendErrorKind::Internal
+            }
+        };
+        StoreError::Backend {
+            backend: "sled",
+            kind,
+            detail: e.to_string(),
+        }
+    }
+}
+
+fn io_error(e: std::io::Error) -> StoreError {
+    StoreError::from(sled::Error::Io(e))
+}
+
 /// Removes the `snap.<lsn>.generating` files a killed process left in `path`.
 ///
 /// sled 0.34 writes a snapshot to `snap.<lsn>.generating`, fsyncs it and only then renames it
@@ -90,7 +114,7 @@ fn remove_unfinished_snapshots(path: &Path) -> Result<bool, StoreError> {
     let entries = match std::fs::read_dir(path) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(StoreError::from(sled::Error::Io(e))),
+        Err(e) => return Err(io_error(e)),
     };
     let mut removed = false;
     for entry in entries.flatten() {
@@ -98,7 +122,7 @@ fn remove_unfinished_snapshots(path: &Path) -> Result<bool, StoreError> {
         let name = name.to_string_lossy();
         if name.starts_with("snap.") && name.ends_with(".generating") {
             tracing::warn!(file = %name, "removing an unfinished sled snapshot left by a crash");
-            std::fs::remove_file(entry.path()).map_err(|e| StoreError::from(sled::Error::Io(e)))?;
+            std::fs::remove_file(entry.path()).map_err(io_error)?;
             removed = true;
         }
     }

@@ -3,7 +3,13 @@
 //! commit (state change + outbox rows + watermark); `flush` is the durability point.
 //!
 //! - `txn` — one unit of work: loads state through the cache, collects writes, commits.
-//! - `apply` — ordering, decoding, stepping the core, results, dead letters.
+//! - `apply` — ordering (duplicate / park / apply / release parked), numbering, decoding,
+//!   stepping the core and persisting what it caused.
+//! - `close` — ending a chunk stream's message for toolstream's reasons (a hole: `gap`,
+//!   `lost_chunk`; or idle `timeout`), dead-lettering what was parked behind a hole.
+//! - `results` — carrying out the result matching and orphan decisions of
+//!   [`crate::core::matching`].
+//! - `dead_letter` — an input's facts and its dead-letter row (wire headers and id).
 //! - `tick` — gap, idle and orphan timeouts, then retention.
 //! - `retention` — deleting completed messages `retention_ms` after completion (bounded per
 //!   tick; the redelivery decision is documented there).
@@ -14,8 +20,11 @@
 
 mod apply;
 mod attempts;
+mod close;
+mod dead_letter;
 mod inner;
 pub mod records;
+mod results;
 mod retention;
 mod snapshot;
 mod tick;

@@ -22,17 +22,8 @@ pub fn from_bytes<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Res
     })
 }
 
-/// A registered call, for matching results by consumer-facing id within a conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CallIndex {
-    /// The call's message.
-    pub message_id: String,
-    /// The call's position.
-    pub index: u32,
-    /// A result was matched to it (later results for the same id change nothing).
-    #[serde(default)]
-    pub resolved: bool,
-}
+/// A registered call (defined with the matching rules in [`crate::core::matching`]).
+pub use crate::core::CallIndex;
 
 /// The header of a parked input (the raw body follows it in the stored form).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

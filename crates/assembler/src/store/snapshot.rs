@@ -1,30 +1,15 @@
-//! Snapshots: the stored calls and results of a message or a conversation.
+//! Snapshots: the stored calls and results of a message or a conversation, read back (state
+//! and argument text) and converted by [`crate::core::snapshot`].
 
 use super::inner::Inner;
 use super::records::from_bytes;
 use super::txn::load_args;
-use crate::core::{emit, MessagePhase, MessageState};
+use crate::core::snapshot::to_snapshot;
+use crate::core::MessageState;
 use crate::error::StoreError;
 use crate::keys;
 use crate::storage::{Space, Storage};
-use chunk_model::{MessageSnapshot, MessageStatus};
-
-fn to_snapshot(m: &MessageState) -> MessageSnapshot {
-    MessageSnapshot {
-        conversation_id: m.conversation_id.clone(),
-        message_id: m.message_id.clone(),
-        provider: m.provider,
-        status: if m.phase == MessagePhase::Completed {
-            MessageStatus::Completed
-        } else {
-            MessageStatus::Streaming
-        },
-        finish_reason: m.finish_reason.clone(),
-        calls: emit::outcomes(m),
-        tool_results: m.tool_results.clone(),
-        orphaned_results: m.orphaned_results.clone(),
-    }
-}
+use chunk_model::MessageSnapshot;
 
 fn stored(storage: &dyn Storage, mkey: &[u8], bytes: &[u8]) -> Result<MessageState, StoreError> {
     let mut m: MessageState = from_bytes("messages", bytes)?;

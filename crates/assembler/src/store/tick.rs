@@ -2,13 +2,16 @@
 //! call never appeared, then retention (see `store::retention`). See [`crate::core::order`]
 //! for the gap decision.
 
-use super::apply::{close_stream, drain, end_stream, orphan};
+use super::apply::drain;
+use super::close::{close_stream, end_stream};
 use super::inner::Inner;
+use super::results::orphan;
 use super::txn::Txn;
 use crate::error::StoreError;
 use crate::input::InputKind;
 use crate::keys;
 use crate::storage::{Space, Storage};
+use chunk_model::wire::Reason;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Runs every timeout due at `now`. Returns the number of events created.
@@ -41,7 +44,7 @@ pub(crate) fn tick(
         };
         let mut txn = Txn::new(inner, storage);
         match kind {
-            InputKind::Chunk => close_stream(&mut txn, &key, &conv, &msg, "gap", now)?,
+            InputKind::Chunk => close_stream(&mut txn, &key, &conv, &msg, Reason::Gap, now)?,
             InputKind::Result => {
                 let first = txn
                     .storage
@@ -77,7 +80,7 @@ pub(crate) fn tick(
             continue;
         };
         let mut txn = Txn::new(inner, storage);
-        end_stream(&mut txn, &key, &conv, &msg, "timeout", now)?;
+        end_stream(&mut txn, &key, &conv, &msg, Reason::Timeout, now)?;
         done(txn.commit()?);
     }
     let grace = inner.config.orphan_grace_ms;

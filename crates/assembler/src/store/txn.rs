@@ -13,7 +13,7 @@ use chunk_model::{Event, Provider};
 use std::collections::BTreeSet;
 
 /// Header naming the event type on event rows.
-pub const HEADER_EVENT_TYPE: &str = "Toolstream-Event-Type";
+pub const HEADER_EVENT_TYPE: &str = chunk_model::wire::headers::EVENT_TYPE;
 
 /// A unit of work in progress.
 pub(crate) struct Txn<'a> {

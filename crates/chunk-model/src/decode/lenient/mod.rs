@@ -9,17 +9,21 @@
 //! - [`FinishReason`]: a finish/stop reason as a string (`"tool_calls"`), or as the AI SDK v6
 //!   (`LanguageModelV3`) object `{"unified": "tool-calls", "raw": "tool_calls"}`; any other
 //!   shape reads as no reason, never as an error.
+//!   (In [`finish`], re-exported here.)
 //! - [`opt_index`], [`opt_flag`], [`opt_number`]: serde readers for needed indices, booleans
 //!   and numbers that also accept them written as strings (`"1"`, `"true"`); anything else
 //!   is still an error naming the field.
 //! - [`opt_object`]: a nested object read for some of its fields only: any other JSON value
 //!   reads as the object's default (nothing in it), never as an error.
 
-use crate::chunk::Finish;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::fmt;
+
+mod finish;
+
+pub use finish::{finish_of_any_word, FinishReason};
 
 /// Any JSON value, read without failing. Strings borrow from the chunk when they can.
 #[derive(Debug, Clone, PartialEq)]
@@ -169,7 +173,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Loose<'a> {
     }
 }
 
-struct LooseVisitor;
+pub(super) struct LooseVisitor;
 
 impl<'de> Visitor<'de> for LooseVisitor {
     type Value = Loose<'de>;
@@ -252,140 +256,6 @@ impl<'de> Deserialize<'de> for SoftIndex {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let value = Loose::deserialize(deserializer)?;
         Ok(SoftIndex(value.index().map_err(Box::new)))
-    }
-}
-
-/// A finish/stop reason in any shape a provider has shipped.
-#[derive(Debug, Clone, PartialEq)]
-pub enum FinishReason<'a> {
-    /// The usual string (`"tool_calls"`, `"end_turn"`, `"STOP"`, `"tool-calls"`).
-    Word(Cow<'a, str>),
-    /// An object: the AI SDK v6 `LanguageModelV3FinishReason` `{"unified", "raw"}` (either
-    /// may be missing; other members are ignored).
-    Pair {
-        /// The AI SDK's provider-independent word (`tool-calls`, `length`, ...).
-        unified: Option<Cow<'a, str>>,
-        /// The provider's own word (`tool_calls`, `max_tokens`, ...).
-        raw: Option<Cow<'a, str>>,
-    },
-    /// Any other JSON (number, boolean, array): no readable reason.
-    Unreadable,
-}
-
-impl<'a> FinishReason<'a> {
-    /// The normalized meaning and the reason word, or `None` when there is none (blank,
-    /// unreadable). A string is normalized by `own`, the decoder's vocabulary; an object's
-    /// `unified` word (else its `raw` word) by [`finish_of_any_word`].
-    pub fn read(self, own: fn(&str) -> Finish) -> Option<(Finish, String)> {
-        fn non_blank(s: Option<Cow<'_, str>>) -> Option<Cow<'_, str>> {
-            s.filter(|t| !t.trim().is_empty())
-        }
-        match self {
-            FinishReason::Word(w) if !w.trim().is_empty() => Some((own(&w), w.into_owned())),
-            FinishReason::Word(_) | FinishReason::Unreadable => None,
-            FinishReason::Pair { unified, raw } => non_blank(unified)
-                .or_else(|| non_blank(raw))
-                .map(|w| (finish_of_any_word(&w), w.into_owned())),
-        }
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for FinishReason<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(FinishVisitor)
-    }
-}
-
-struct FinishVisitor;
-
-impl<'de> Visitor<'de> for FinishVisitor {
-    type Value = FinishReason<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a finish reason")
-    }
-
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(FinishReason::Word(Cow::Borrowed(v)))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(FinishReason::Word(Cow::Owned(v.to_string())))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-        Ok(FinishReason::Word(Cow::Owned(v)))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut unified = None;
-        let mut raw = None;
-        while let Some(key) = map.next_key::<Loose<'de>>()? {
-            match key.into_text().as_deref() {
-                Some("unified") => unified = map.next_value::<Option<Loose<'de>>>()?,
-                Some("raw") => raw = map.next_value::<Option<Loose<'de>>>()?,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(FinishReason::Pair {
-            unified: unified.and_then(Loose::into_text),
-            raw: raw.and_then(Loose::into_text),
-        })
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        LooseVisitor
-            .visit_seq(seq)
-            .map(|_| FinishReason::Unreadable)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(FinishReason::Unreadable)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(FinishReason::Unreadable)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(FinishReason::Unreadable)
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(FinishReason::Unreadable)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(FinishReason::Unreadable)
-    }
-}
-
-/// Normalizes a finish word of any provider's vocabulary (used for the AI SDK v6 object,
-/// whose `unified` word is the AI SDK's and whose `raw` word is the underlying provider's).
-#[must_use]
-pub fn finish_of_any_word(word: &str) -> Finish {
-    match word {
-        "length"
-        | "max_tokens"
-        | "MAX_TOKENS"
-        | "max_output_tokens"
-        | "incomplete"
-        | "model_context_window_exceeded" => Finish::Truncated,
-        "content-filter"
-        | "content_filter"
-        | "content_filtered"
-        | "refusal"
-        | "guardrail_intervened"
-        | "SAFETY"
-        | "RECITATION"
-        | "BLOCKLIST"
-        | "PROHIBITED_CONTENT"
-        | "SPII"
-        | "IMAGE_SAFETY" => Finish::Filtered,
-        "error" | "MALFORMED_FUNCTION_CALL" => Finish::Error,
-        _ => Finish::Complete,
     }
 }
 
@@ -491,145 +361,4 @@ impl<'de, T: Deserialize<'de> + Default> Visitor<'de> for ObjectOrDefault<T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn loose(json: &str) -> Loose<'_> {
-        serde_json::from_str(json).unwrap()
-    }
-
-    #[test]
-    fn loose_reads_every_json_value_and_borrows_plain_strings() {
-        assert!(matches!(
-            loose(r#""abc""#),
-            Loose::Str(Cow::Borrowed("abc"))
-        ));
-        assert!(matches!(loose(r#""a\"b""#), Loose::Str(Cow::Owned(_))));
-        assert_eq!(loose("7"), Loose::Unsigned(7));
-        assert_eq!(loose("-7"), Loose::Signed(-7));
-        assert_eq!(loose("1.5"), Loose::Float(1.5));
-        assert_eq!(loose("true"), Loose::Bool(true));
-        assert_eq!(loose("null"), Loose::Null);
-        assert_eq!(loose(r#"[1,[2,{"a":[]}]]"#), Loose::Array);
-        assert_eq!(loose(r#"{"a":{"b":[1,{"c":null}]}}"#), Loose::Object);
-    }
-
-    #[test]
-    fn index_accepts_numbers_and_numeric_strings_only() {
-        assert_eq!(loose("3").index(), Ok(Some(3)));
-        assert_eq!(loose("3.0").index(), Ok(Some(3)));
-        assert_eq!(loose(r#"" 12 ""#).index(), Ok(Some(12)));
-        assert_eq!(loose(r#""""#).index(), Ok(None));
-        assert_eq!(loose("null").index(), Ok(None));
-        for bad in [
-            "-1",
-            "1.5",
-            "4294967296",
-            r#""x""#,
-            r#""-1""#,
-            "true",
-            "[]",
-            "{}",
-        ] {
-            assert!(loose(bad).index().is_err(), "{bad}");
-        }
-        assert_eq!(
-            loose(r#""one""#).index(),
-            Err(r#"invalid value: string "one", expected a non-negative integer (or one written as a string)"#.to_string())
-        );
-    }
-
-    #[test]
-    fn flag_accepts_booleans_their_strings_and_zero_or_one() {
-        assert_eq!(loose("true").flag(), Ok(Some(true)));
-        assert_eq!(loose(r#""False""#).flag(), Ok(Some(false)));
-        assert_eq!(loose("1").flag(), Ok(Some(true)));
-        assert_eq!(loose("0").flag(), Ok(Some(false)));
-        assert_eq!(loose(r#"" ""#).flag(), Ok(None));
-        for bad in [r#""yes""#, "2", "-1", "0.5", "[]", "{}"] {
-            assert!(loose(bad).flag().is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn number_accepts_finite_numbers_and_numeric_strings() {
-        assert_eq!(
-            loose("2.5").number(),
-            Ok(Some(serde_json::Number::from_f64(2.5).unwrap()))
-        );
-        assert_eq!(loose(r#""-3""#).number(), Ok(Some((-3).into())));
-        assert_eq!(
-            loose(r#""1e3""#).number().unwrap().unwrap().as_f64(),
-            Some(1000.0)
-        );
-        for bad in [r#""NaN""#, r#""Infinity""#, r#""x""#, "true", "{}"] {
-            assert!(loose(bad).number().is_err(), "{bad}");
-        }
-    }
-
-    fn finish(json: &str) -> Option<(Finish, String)> {
-        serde_json::from_str::<FinishReason<'_>>(json)
-            .unwrap()
-            .read(|_| Finish::Complete)
-    }
-
-    #[test]
-    fn finish_reason_reads_strings_with_the_decoders_vocabulary() {
-        assert_eq!(
-            finish(r#""length""#),
-            Some((Finish::Complete, "length".into()))
-        );
-        assert_eq!(finish(r#""  ""#), None);
-    }
-
-    #[test]
-    fn finish_reason_reads_the_v6_object_unified_first_then_raw() {
-        assert_eq!(
-            finish(r#"{"unified":"tool-calls","raw":"tool_calls"}"#),
-            Some((Finish::Complete, "tool-calls".into()))
-        );
-        assert_eq!(
-            finish(r#"{"raw":"max_tokens","unified":"length","extra":{"x":[1]}}"#),
-            Some((Finish::Truncated, "length".into()))
-        );
-        assert_eq!(
-            finish(r#"{"unified":"","raw":"SAFETY"}"#),
-            Some((Finish::Filtered, "SAFETY".into()))
-        );
-        assert_eq!(finish(r#"{"unified":5,"raw":null}"#), None);
-    }
-
-    #[test]
-    fn finish_reason_of_any_other_shape_is_no_reason() {
-        for other in ["1", "-1", "1.5", "true", "null", r#"["stop"]"#, "{}"] {
-            assert_eq!(finish(other), None, "{other}");
-        }
-    }
-
-    #[derive(Deserialize, Default, Debug, PartialEq)]
-    struct Inner {
-        #[serde(default)]
-        a: Option<u32>,
-    }
-
-    #[derive(Deserialize, Debug)]
-    struct Outer {
-        #[serde(default, deserialize_with = "opt_object")]
-        inner: Option<Inner>,
-    }
-
-    #[test]
-    fn opt_object_reads_objects_and_defaults_anything_else() {
-        let read = |json: &str| serde_json::from_str::<Outer>(json).unwrap().inner;
-        assert_eq!(
-            read(r#"{"inner":{"a":1,"b":[2]}}"#),
-            Some(Inner { a: Some(1) })
-        );
-        assert_eq!(read(r#"{"inner":null}"#), None);
-        assert_eq!(read(r#"{}"#), None);
-        for other in [r#""x""#, "1", "-1", "2.5", "true", r#"[1,{"a":2}]"#] {
-            let json = format!(r#"{{"inner":{other}}}"#);
-            assert_eq!(read(&json), Some(Inner::default()), "{json}");
-        }
-    }
-}
+mod tests;
