@@ -1,11 +1,17 @@
 //! The JSON-lines sink: drains the assembler's outbox into any `Write` (stdout for
 //! `toolstream replay`, a file), one event per line, exactly as it would be published.
 //!
-//! Rows are removed from the outbox only after the line was written and the writer flushed, so
-//! a failed write loses nothing.
+//! The same delivery as the relay, on the same [`Outbox`]: rows are removed only after the
+//! line was written and the writer flushed, so a failed write loses nothing (the rows stay and
+//! are written again by the next call).
 
-use assembler::{OutboxKind, Store, StoreError};
+use crate::outbox::Outbox;
+use assembler::{OutboxKind, StoreError};
+use chunk_model::wire::headers;
 use std::io::Write;
+
+/// Rows read per pass.
+const BATCH: usize = 256;
 
 /// What [`drain`] wrote.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -31,10 +37,10 @@ pub enum JsonlError {
 
 /// Writes every durable outbox row to `out` (events as lines, dead letters reported) and
 /// removes them. Rows not yet flushed are left for a later call.
-pub fn drain(store: &Store, out: &mut impl Write) -> Result<Drained, JsonlError> {
+pub fn drain<O: Outbox + ?Sized>(outbox: &O, out: &mut impl Write) -> Result<Drained, JsonlError> {
     let mut drained = Drained::default();
     loop {
-        let rows = store.outbox_peek(256)?;
+        let rows = outbox.peek(BATCH)?;
         if rows.is_empty() {
             return Ok(drained);
         }
@@ -49,7 +55,7 @@ pub fn drain(store: &Store, out: &mut impl Write) -> Result<Drained, JsonlError>
                     let reason = row
                         .headers
                         .iter()
-                        .find(|(k, _)| k == "Toolstream-Reason")
+                        .find(|(k, _)| k == headers::REASON)
                         .map(|(_, v)| v.as_str())
                         .unwrap_or("unknown reason");
                     drained.dead_letters.push(format!(
@@ -60,8 +66,7 @@ pub fn drain(store: &Store, out: &mut impl Write) -> Result<Drained, JsonlError>
             }
         }
         out.flush()?;
-        for row in rows {
-            store.outbox_remove(row.key)?;
-        }
+        let keys: Vec<u64> = rows.iter().map(|row| row.key).collect();
+        outbox.remove(&keys)?;
     }
 }

@@ -22,22 +22,42 @@ use async_nats::jetstream::stream::StorageType;
 use async_nats::jetstream::Context;
 use bytes::Bytes;
 use chunk_model::event::{hex, sha256};
+use chunk_model::wire::headers;
 use chunk_model::PayloadRef;
 use std::sync::Arc;
 use tokio::sync::OnceCell;
 
 /// The bucket toolstream stores large payloads in.
 pub const BUCKET: &str = "TOOLSTREAM_PAYLOADS";
-/// Dead-letter header: the body was cut; the value is its original size in bytes.
-pub const HEADER_BODY_TRUNCATED: &str = "Toolstream-Body-Truncated";
-/// Dead-letter header: SHA-256 (lowercase hex) of the original, uncut body.
-pub const HEADER_BODY_SHA256: &str = "Toolstream-Body-Sha256";
-/// Dead-letter header: `<bucket>/<object>` holding the whole original body.
-pub const HEADER_BODY_REF: &str = "Toolstream-Body-Ref";
 /// Bytes kept free under `max_payload` for what is not counted exactly.
 pub const SLACK: usize = 512;
 /// Longest header value a cut dead letter keeps (a header can be as large as a body).
 const MAX_HEADER_VALUE: usize = 4096;
+
+/// Where payloads too large for `max_payload` are kept: [`Payloads`] (the bucket), or a fake
+/// in tests. The relay's [`crate::publisher::Publisher`] is one too.
+pub trait PayloadStore: Send + Sync {
+    /// The connected server's `max_payload` (what a message may weigh, headers included).
+    fn max_payload(&self) -> usize;
+
+    /// Stores `bytes` as `object` unless exactly these bytes are there already; the reference
+    /// and whether they were written now (see [`Payloads::put`]).
+    fn put(
+        &self,
+        object: &str,
+        bytes: &[u8],
+    ) -> impl std::future::Future<Output = Result<(PayloadRef, bool), PayloadError>> + Send;
+}
+
+impl PayloadStore for Payloads {
+    fn max_payload(&self) -> usize {
+        Payloads::max_payload(self)
+    }
+
+    async fn put(&self, object: &str, bytes: &[u8]) -> Result<(PayloadRef, bool), PayloadError> {
+        Payloads::put(self, object, bytes).await
+    }
+}
 
 /// Why a payload could not be stored.
 #[derive(Debug, thiserror::Error)]
@@ -246,7 +266,7 @@ pub fn wire_size(headers: &[(String, String)], msg_id: Option<&str>, body_len: u
         n += line(k, v);
     }
     if let Some(id) = msg_id {
-        n += line("Nats-Msg-Id", id);
+        n += line(headers::MSG_ID, id);
     }
     n + body_len
 }
@@ -265,8 +285,8 @@ pub fn fits(
 /// kept (values over 4 KiB cut), the `Toolstream-Body-*` headers added, the whole body stored
 /// in `payloads` when possible, and the body cut to what fits. Never fails: a dead letter that
 /// cannot keep its body still keeps its reason.
-pub async fn fit_dead_letter(
-    payloads: &Payloads,
+pub async fn fit_dead_letter<S: PayloadStore + ?Sized>(
+    payloads: &S,
     mut headers: Vec<(String, String)>,
     msg_id: &str,
     body: Bytes,
@@ -285,13 +305,13 @@ pub async fn fit_dead_letter(
         }
     }
     let digest = hex(&sha256(&body));
-    headers.push((HEADER_BODY_TRUNCATED.to_string(), body.len().to_string()));
-    headers.push((HEADER_BODY_SHA256.to_string(), digest.clone()));
+    headers.push((headers::BODY_TRUNCATED.to_string(), body.len().to_string()));
+    headers.push((headers::BODY_SHA256.to_string(), digest.clone()));
     let object = format!("dlq_{digest}");
     let stored = match payloads.put(&object, &body).await {
         Ok((r, _)) => {
             headers.push((
-                HEADER_BODY_REF.to_string(),
+                headers::BODY_REF.to_string(),
                 format!("{}/{}", r.bucket, r.object),
             ));
             true

@@ -35,15 +35,9 @@
 //! - `serve/` — what the worker answers: `serve/query.rs` (snapshots and history over the
 //!   NATS service API), `serve/http.rs` (`/metrics`, `/healthz`), `serve/metrics.rs` (the
 //!   counters and histograms).
-//! - `relay_task.rs` — the outbox relay loop (moving into the `sink` crate).
 
 pub mod cli;
 pub(crate) mod consume;
 pub(crate) mod nats;
 pub(crate) mod run;
 pub(crate) mod serve;
-
-mod relay_task;
-// relay_task.rs names these by their old paths until it moves into `sink`.
-use run::shutdown;
-use serve::metrics;

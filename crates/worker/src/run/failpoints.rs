@@ -50,7 +50,9 @@ fn check_compiled_in(
 }
 
 /// Arms the relay's failpoints (none without the feature).
-pub(crate) fn arm_relay(relay: sink::jetstream::Relay) -> sink::jetstream::Relay {
+pub(crate) fn arm_relay(
+    relay: sink::relay::Relay<sink::jetstream::JetStream>,
+) -> sink::relay::Relay<sink::jetstream::JetStream> {
     #[cfg(feature = "failpoints")]
     let relay = relay
         .with_crash_after_confirmed(armed("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS"))

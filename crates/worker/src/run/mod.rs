@@ -25,7 +25,6 @@ use crate::consume::watermark::Watermark;
 use crate::consume::ConsumeLoop;
 use crate::nats::provision::{self, ProvisionError};
 use crate::nats::subjects::Subjects;
-use crate::relay_task::{Drained, RelayTask};
 use crate::run::config::{Config, LogFormat};
 use crate::serve::http::Health;
 use crate::serve::metrics::Metrics;
@@ -33,6 +32,8 @@ use anyhow::Context as _;
 use assembler::Store;
 use async_nats::jetstream;
 use shutdown::Shutdown;
+use sink::jetstream::JetStream;
+use sink::relay::{Drained, Relay, RelayTask};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -234,18 +235,29 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     // The relay stops on its own signal, given only after the last batch is durable.
     let (relay_stop, relay_stop_rx) = shutdown::channel();
     let relay_wake = Arc::new(Notify::new());
-    let relay = RelayTask {
-        relay: failpoints::arm_relay(
-            sink::jetstream::Relay::new(js.clone(), &config.subject_prefix, config.relay.batch)
-                .with_payloads(payloads.clone()),
-        ),
-        store: Arc::clone(&store),
-        wake: Arc::clone(&relay_wake),
-        metrics: Arc::clone(&metrics),
-        interval: config.relay.interval.get(),
-        drain_timeout: config.relay.shutdown_timeout.get(),
-    };
-    let relay_handle = tokio::spawn(relay.run(relay_stop_rx));
+    let relay = RelayTask::new(
+        failpoints::arm_relay(Relay::new(
+            JetStream::new(js.clone()).with_payloads(payloads.clone()),
+            &config.subject_prefix,
+            config.relay.batch,
+        )),
+        Arc::clone(&store),
+        Arc::clone(&relay_wake),
+    )
+    .interval(config.relay.interval.get())
+    .drain_timeout(config.relay.shutdown_timeout.get())
+    .on_round({
+        let metrics = Arc::clone(&metrics);
+        move |round| {
+            Metrics::add(&metrics.events_out, round.events as u64);
+            // rows too large for the server went to the DLQ in their place
+            Metrics::add(&metrics.dead_letters, round.too_large as u64);
+            if round.error.is_some() {
+                Metrics::add(&metrics.publish_errors, 1);
+            }
+        }
+    });
+    let relay_handle = tokio::spawn(relay.run(relay_stop_rx.receiver()));
 
     // GET /metrics and /healthz.
     let http_handle = tokio::spawn(report_early_exit(
