@@ -4,6 +4,9 @@
 //! partitions), queries routed to the same partition as the conversation's input, also for
 //! JetStream publishes.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use futures::StreamExt;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

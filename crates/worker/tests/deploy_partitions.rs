@@ -4,6 +4,9 @@
 //! complete and once, each worker only ever sees its own conversations, and queries reach
 //! the worker that holds the conversation.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 mod ops_support;
 

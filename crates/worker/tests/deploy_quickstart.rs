@@ -6,11 +6,15 @@
 //! The script builds the binary with cargo (already fresh when these tests run) and picks a
 //! free /metrics port; the tests take turns so two scripts never race for the same port.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use toolstream_testkit::wait::eventually;
 use toolstream_testkit::{free_port, NatsServer};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -81,14 +85,8 @@ fn quickstart_starts_its_own_server_shows_the_events_and_stops_it() {
     assert!(stderr.contains(&format!(
         "starting nats-server with JetStream on 127.0.0.1:{port}"
     )));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while listening(port) {
-        assert!(
-            Instant::now() < deadline,
-            "the server it started is still running"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually(Duration::from_secs(5), || !listening(port))
+        .unwrap_or_else(|| panic!("the server it started is still running"));
 }
 
 #[test]

@@ -4,12 +4,14 @@
 //! order per message, and `message.completed` lists the full set of calls (and the results
 //! that were already there).
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use toolstream_testkit::NatsServer;
 
 const MESSAGES: usize = 30;
 
@@ -55,12 +57,8 @@ fn output_of(call: &Call) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_streams_from_two_providers_yield_each_event_once_in_order() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
-    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
-    let producer = Producer::new(js.clone());
+    let mut e2e = E2e::start(toolstream_bin(), &[]).await;
+    let (worker, js, producer) = e2e.parts();
 
     let plans = plans();
     let mut tasks = Vec::new();
@@ -113,7 +111,7 @@ async fn concurrent_streams_from_two_providers_yield_each_event_once_in_order() 
     }
 
     let total_calls: usize = plans.iter().map(|p| p.calls.len()).sum();
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     events
         .until(
             WAIT,

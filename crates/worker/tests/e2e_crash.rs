@@ -3,6 +3,9 @@
 //! stream), and no input applied twice (an argument fragment applied twice would change the
 //! assembled arguments, which are compared byte-exact as JSON).
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;
@@ -10,7 +13,6 @@ use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use toolstream_testkit::NatsServer;
 
 const MESSAGES: usize = 40;
 const KILLS: usize = 4;
@@ -28,18 +30,13 @@ fn calls_of(i: usize) -> Vec<Call> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_run_and_restart_loses_nothing_and_duplicates_nothing() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
-    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
-    let producer = Producer::new(js.clone());
+    let mut e2e = E2e::start(toolstream_bin(), &[]).await;
+    let (worker, js, producer) = e2e.parts();
 
     let expected_events: usize = (0..MESSAGES).map(|i| 2 * calls_of(i).len() + 1).sum();
     let publishing = Arc::new(AtomicBool::new(true));
     // pace the producers so that kills land while input is still flowing
-    let tasks =
-        spawn_paced_openai_streams(&producer, MESSAGES, calls_of, Duration::from_millis(60));
+    let tasks = spawn_paced_openai_streams(producer, MESSAGES, calls_of, Duration::from_millis(60));
     let done_publishing = Arc::clone(&publishing);
     let all_published = tokio::spawn(async move {
         for t in tasks {
@@ -50,7 +47,7 @@ async fn sigkill_mid_run_and_restart_loses_nothing_and_duplicates_nothing() {
 
     // Kill at scattered points while input flows: each start must be up first, then runs for
     // a different, pseudo-random while (no wall-clock assertion depends on it).
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     for kill in 0..KILLS {
         worker.wait_ready();
         let run_for = 80 + (kill * 137) % 300;
@@ -104,18 +101,10 @@ async fn sigkill_mid_run_and_restart_loses_nothing_and_duplicates_nothing() {
 /// those events again. `Nats-Msg-Id = event_id` must make the stream drop every one of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_between_puback_and_outbox_delete_republishes_without_duplicates() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
-    let mut worker = Worker::start_with_env(
-        &server.url(),
-        &store,
-        &[],
-        &[("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS", "5")],
-    );
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
-    let producer = Producer::new(js.clone());
+    let failpoint = [("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS", "5")];
+    let mut e2e = E2e::start_with_env(toolstream_bin(), &[], &failpoint).await;
+    let (url, store) = (e2e.server.url(), e2e.store());
+    let (worker, js, producer) = e2e.parts();
     const N: usize = 6;
     for i in 0..N {
         producer
@@ -128,7 +117,7 @@ async fn abort_between_puback_and_outbox_delete_republishes_without_duplicates()
         "the failpoint aborts the worker:\n{}",
         tail(&worker.log(), 20)
     );
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     events.poll().await;
     let before = events.all.len();
     assert!(
@@ -137,7 +126,7 @@ async fn abort_between_puback_and_outbox_delete_republishes_without_duplicates()
     );
 
     // Same store, no failpoint: the rows still in the outbox are published again.
-    let mut worker = Worker::start(&server.url(), &store, &[]);
+    let mut worker = Worker::start(&url, &store, &[]);
     let expected: usize = (0..N).map(|i| 2 * calls_of(i).len() + 1).sum();
     events
         .until(
@@ -168,23 +157,19 @@ async fn abort_between_puback_and_outbox_delete_republishes_without_duplicates()
 /// arguments stay byte-exact (a fragment applied twice would change them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_between_flush_and_ack_applies_no_input_twice() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
     const N: usize = 6;
-    let js = async_nats::jetstream::new(client(&server.url()).await);
     // input first, so the aborting worker's first batches carry real chunks
-    let mut first = Worker::start(&server.url(), &store, &["--batch-size", "8"]);
-    wait_provisioned(&js, "toolstream").await;
-    assert!(first.terminate());
-    let producer = Producer::new(js.clone());
+    let mut e2e = E2e::start(toolstream_bin(), &["--batch-size", "8"]).await;
+    assert!(e2e.worker.terminate());
+    let (url, store) = (e2e.server.url(), e2e.store());
+    let E2e { js, producer, .. } = &e2e;
     for i in 0..N {
         producer
             .openai_stream(&format!("c{i}"), &format!("m{i}"), &calls_of(i))
             .await;
     }
     let mut worker = Worker::start_with_env(
-        &server.url(),
+        &url,
         &store,
         &["--batch-size", "8"],
         &[("TOOLSTREAM_FAILPOINT_ABORT_AFTER_FLUSHES", "3")],
@@ -197,8 +182,8 @@ async fn abort_between_flush_and_ack_applies_no_input_twice() {
     );
 
     // The unacked batch comes back after ack_wait (4s in the harness) to the restarted worker.
-    let mut worker = Worker::start(&server.url(), &store, &["--batch-size", "8"]);
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut worker = Worker::start(&url, &store, &["--batch-size", "8"]);
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     events
         .until(
             WAIT,
@@ -208,16 +193,9 @@ async fn abort_between_flush_and_ack_applies_no_input_twice() {
         )
         .await;
     // the redelivered batch is settled once the consumer has nothing pending
-    let stream = js.get_stream("TOOLSTREAM_IN").await.unwrap();
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let info = stream.consumer_info("toolstream").await.unwrap();
-        if info.num_ack_pending == 0 && info.num_pending == 0 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "input never settled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_settled(js, "toolstream")
+        .await
+        .unwrap_or_else(|e| panic!("input never settled: {e}"));
     let metrics = worker.metrics();
     assert!(worker.terminate());
     let duplicates: u64 = metrics

@@ -7,6 +7,9 @@
 //! with a `gap_timeout` far shorter than `ack_wait`. The stream must complete, whole, once the
 //! held chunk is redelivered.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use async_nats::jetstream::consumer::PullConsumer;
@@ -14,7 +17,7 @@ use common::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::Duration;
-use toolstream_testkit::NatsServer;
+use toolstream_testkit::harness;
 
 const GAP_TIMEOUT_MS: &str = "300";
 const ACK_WAIT: &str = "6s";
@@ -55,34 +58,8 @@ async fn hold_one_like_a_dead_worker(js: &async_nats::jetstream::Context) -> Str
     seq
 }
 
-/// A server, a worker with `flags`, a client and the OpenAI stream of [`calls`].
-struct Setup {
-    _server: NatsServer,
-    _dir: tempfile::TempDir,
-    worker: Worker,
-    js: async_nats::jetstream::Context,
-    producer: Producer,
-    chunks: Vec<Vec<u8>>,
-}
-
-async fn setup(flags: &[&str]) -> Setup {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
-    let worker = Worker::start(&server.url(), &dir.path().join("store"), flags);
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
-    Setup {
-        producer: Producer::new(js.clone()),
-        chunks: openai_chat_stream(&calls()),
-        _server: server,
-        _dir: dir,
-        worker,
-        js,
-    }
-}
-
 /// Waits (bounded) until the events stream holds an event of type `ty`.
-async fn wait_for(events: &mut StreamLog, ty: &str, limit: Duration, worker: &Worker) {
+async fn wait_for(events: &mut StreamLog, ty: &str, limit: Duration, worker: &harness::Worker) {
     events
         .until(
             limit,
@@ -103,14 +80,13 @@ fn events_of(log: &StreamLog, msg: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
-    let Setup {
-        _server,
-        _dir,
-        mut worker,
-        js,
-        producer,
-        chunks,
-    } = setup(&["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT]).await;
+    let mut e2e = E2e::start(
+        toolstream_bin(),
+        &["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT],
+    )
+    .await;
+    let (worker, js, producer) = e2e.parts();
+    let chunks = openai_chat_stream(&calls());
     assert!(chunks.len() > 10, "a long enough stream");
 
     // the first two chunks are applied by the running worker
@@ -119,12 +95,12 @@ async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
             .chunk("c1", "m1", "openai-chat", seq as u64, body)
             .await;
     }
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     wait_for(
         &mut events,
         "tool_call.started",
         Duration::from_secs(20),
-        &worker,
+        worker,
     )
     .await;
 
@@ -136,7 +112,7 @@ async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
     producer
         .chunk("c1", "m1", "openai-chat", 2, &chunks[2])
         .await;
-    assert_eq!(hold_one_like_a_dead_worker(&js).await, "2");
+    assert_eq!(hold_one_like_a_dead_worker(js).await, "2");
 
     // the rest of the stream is there at once when the worker comes back
     for (seq, body) in chunks.iter().enumerate().skip(3) {
@@ -151,7 +127,7 @@ async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
         &mut events,
         "message.completed",
         Duration::from_secs(40),
-        &worker,
+        worker,
     )
     .await;
     let of_m1 = events_of(&events, "m1");
@@ -167,14 +143,13 @@ async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
 /// ends the stream `gap`, on time, so waiting for redeliveries does not wait forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_that_was_never_published_still_ends_the_stream_gap() {
-    let Setup {
-        _server,
-        _dir,
-        worker,
-        js,
-        producer,
-        chunks,
-    } = setup(&["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT]).await;
+    let mut e2e = E2e::start(
+        toolstream_bin(),
+        &["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT],
+    )
+    .await;
+    let (worker, js, producer) = e2e.parts();
+    let chunks = openai_chat_stream(&calls());
     for (seq, body) in chunks.iter().enumerate() {
         if seq != 2 {
             producer
@@ -182,7 +157,7 @@ async fn a_chunk_that_was_never_published_still_ends_the_stream_gap() {
                 .await;
         }
     }
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     events
         .until(
             Duration::from_secs(20),
@@ -209,14 +184,9 @@ async fn a_chunk_that_was_never_published_still_ends_the_stream_gap() {
 /// read). Streams are timed by publish time now, and only once the backlog is read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_queued_during_an_outage_longer_than_idle_timeout_is_not_abandoned() {
-    let Setup {
-        _server,
-        _dir,
-        mut worker,
-        js,
-        producer,
-        chunks,
-    } = setup(&["--idle-timeout-ms", "1000"]).await;
+    let mut e2e = E2e::start(toolstream_bin(), &["--idle-timeout-ms", "1000"]).await;
+    let (worker, js, producer) = e2e.parts();
+    let chunks = openai_chat_stream(&calls());
 
     producer
         .chunk("c1", "m3", "openai-chat", 0, &chunks[0])
@@ -224,12 +194,12 @@ async fn a_stream_queued_during_an_outage_longer_than_idle_timeout_is_not_abando
     producer
         .chunk("c1", "m3", "openai-chat", 1, &chunks[1])
         .await;
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     wait_for(
         &mut events,
         "tool_call.started",
         Duration::from_secs(20),
-        &worker,
+        worker,
     )
     .await;
     // an outage: the worker is gone while the producer finishes the stream at once
@@ -246,7 +216,7 @@ async fn a_stream_queued_during_an_outage_longer_than_idle_timeout_is_not_abando
         &mut events,
         "message.completed",
         Duration::from_secs(30),
-        &worker,
+        worker,
     )
     .await;
     let of_m3 = events_of(&events, "m3");

@@ -3,13 +3,14 @@
 //! reason and the original subject/sequence in headers, are terminated (never redelivered), and
 //! every concurrent stream still completes.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use async_nats::HeaderMap;
 use common::*;
 use serde_json::json;
-use std::time::{Duration, Instant};
-use toolstream_testkit::NatsServer;
 
 const GOOD: usize = 8;
 
@@ -23,12 +24,8 @@ fn good_calls(i: usize) -> Vec<Call> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
-    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
-    let producer = Producer::new(js.clone());
+    let mut e2e = E2e::start(toolstream_bin(), &[]).await;
+    let (worker, js, producer) = e2e.parts();
 
     let mut tasks = Vec::new();
     for i in 0..GOOD {
@@ -85,7 +82,7 @@ async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
     // the broken chunk, every chunk of its stream after it (the call cannot be whole), the
     // unroutable one and the bad sequence header
     let expected_dead = 1 + (bad_stream.len() - 3) + 2;
-    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
+    let mut dlq = StreamLog::new(js, "TOOLSTREAM_DLQ");
     dlq.until(
         WAIT,
         "every dead letter",
@@ -93,7 +90,7 @@ async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
         || worker.log(),
     )
     .await;
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     events
         .until(
             WAIT,
@@ -112,21 +109,9 @@ async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
         .await;
 
     // Terminated, not redelivered: the consumer settles with nothing pending.
-    let stream = js.get_stream("TOOLSTREAM_IN").await.unwrap();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let info = stream.consumer_info("toolstream").await.unwrap();
-        if info.num_ack_pending == 0 && info.num_pending == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "input not settled: {} ack pending, {} pending",
-            info.num_ack_pending,
-            info.num_pending
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_settled(js, "toolstream")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         worker.terminate(),
         "clean exit:\n{}",
@@ -215,12 +200,8 @@ async fn malformed_input_is_dead_lettered_once_while_other_streams_complete() {
 /// be replaced by an `event_too_large` dead letter, and subscribers never saw the call complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_larger_than_max_payload_is_published_by_reference_and_blocks_nothing() {
-    let server = NatsServer::start().expect("nats-server"); // max_payload 1 MiB
-    let dir = tempfile::tempdir().unwrap();
-    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
-    let producer = Producer::new(js.clone());
+    let mut e2e = E2e::start(toolstream_bin(), &[]).await; // max_payload 1 MiB
+    let (worker, js, producer) = e2e.parts();
 
     // 1.2 MiB of arguments in 100 KiB fragments (each chunk fits, the events do not)
     let big = Call {
@@ -237,7 +218,7 @@ async fn an_event_larger_than_max_payload_is_published_by_reference_and_blocks_n
     // a normal stream behind it
     producer.openai_stream("g0", "gm0", &good_calls(0)).await;
 
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     events
         .until(
             WAIT,
@@ -267,7 +248,7 @@ async fn an_event_larger_than_max_payload_is_published_by_reference_and_blocks_n
         reference["size"].as_u64().is_some_and(|n| n > 2_400_000),
         "{reference}"
     );
-    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
+    let mut dlq = StreamLog::new(js, "TOOLSTREAM_DLQ");
     dlq.poll().await;
     assert!(dlq.all.is_empty(), "nothing dead-lettered");
     assert!(

@@ -6,7 +6,6 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use std::time::Duration;
 use toolstream_testkit::NatsServer;
 
 fn calls_of(i: usize) -> Vec<Call> {
@@ -26,15 +25,12 @@ async fn a_worker_started_before_its_server_connects_once_the_server_is_up() {
     let dir = tempfile::tempdir().unwrap();
     let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
     // it retries (and says so) while nothing listens
-    let deadline = std::time::Instant::now() + WAIT;
-    while !worker.log().contains("waiting for the NATS server") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no retry logged:\n{}",
-            worker.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let starting = &worker;
+    eventually_async(WAIT, || async move {
+        starting.log().contains("waiting for the NATS server")
+    })
+    .await
+    .unwrap_or_else(|| panic!("no retry logged:\n{}", worker.log()));
     assert!(worker.is_running());
     server.restart().expect("server starts on the same port");
     worker.wait_ready();

@@ -13,6 +13,9 @@
 //! - a SIGKILL between storing that object and publishing the event loses nothing and
 //!   duplicates nothing.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use async_nats::jetstream::{self, object_store::ObjectStore};
@@ -34,17 +37,12 @@ fn server() -> NatsServer {
 }
 
 async fn bucket(js: &jetstream::Context) -> ObjectStore {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match js.get_object_store(BUCKET).await {
-            Ok(b) => return b,
-            Err(e) => assert!(
-                Instant::now() < deadline,
-                "the worker did not provision {BUCKET}: {e}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_async(
+        WAIT,
+        || async move { js.get_object_store(BUCKET).await.ok() },
+    )
+    .await
+    .unwrap_or_else(|| panic!("the worker did not provision {BUCKET}"))
 }
 
 async fn read_object(js: &jetstream::Context, name: &str) -> Vec<u8> {
@@ -131,15 +129,16 @@ fn assert_whole_call(full: &Event, call: &Call, content: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_larger_than_max_payload_is_kept_with_its_reason_not_dropped() {
-    let server = server();
-    let dir = tempfile::tempdir().unwrap();
-    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
-    let client = client(&server.url()).await;
-    let js = jetstream::new(client.clone());
-    wait_provisioned(&js, "toolstream").await;
+    let mut e2e = E2e::start_on(server(), toolstream_bin(), &[], &[]).await;
+    let E2e {
+        worker,
+        js,
+        producer,
+        client,
+        ..
+    } = &mut e2e;
     let max_payload = client.server_info().max_payload;
     assert_eq!(max_payload, 1_048_576, "the server's default max_payload");
-    let producer = Producer::new(js.clone());
 
     // A body that fills max_payload exactly, with its input headers.
     let body_for = |headers: &[(&str, &str)], msg_id: &str| -> Vec<u8> {
@@ -199,7 +198,7 @@ async fn a_dead_letter_larger_than_max_payload_is_kept_with_its_reason_not_dropp
             3u64,
         ),
     ];
-    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
+    let mut dlq = StreamLog::new(js, "TOOLSTREAM_DLQ");
     dlq.until(
         WAIT,
         "the three oversized dead letters",
@@ -255,22 +254,15 @@ async fn a_dead_letter_larger_than_max_payload_is_kept_with_its_reason_not_dropp
             .strip_prefix(&format!("{BUCKET}/"))
             .unwrap_or_else(|| panic!("bad ref {reference}"));
         assert!(
-            read_object(&js, object).await == *original,
+            read_object(js, object).await == *original,
             "{subject}: the stored body is byte-exact"
         );
     }
 
     // terminated once, never redelivered
-    let stream = js.get_stream("TOOLSTREAM_IN").await.unwrap();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let info = stream.consumer_info("toolstream").await.unwrap();
-        if info.num_ack_pending == 0 && info.num_pending == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "inputs not settled: {info:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_settled(js, "toolstream")
+        .await
+        .unwrap_or_else(|e| panic!("inputs not settled: {e}"));
     tokio::time::sleep(Duration::from_millis(600)).await;
     dlq.poll().await;
     assert_eq!(dlq.all.len(), 3, "no second dead letter");
@@ -291,11 +283,15 @@ async fn a_call_with_1_mib_of_arguments_reaches_subscribers_on_the_current_nats_
 }
 
 async fn big_call_reaches_subscribers(server: NatsServer) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
-    let client = client(&server.url()).await;
-    let js = jetstream::new(client.clone());
-    wait_provisioned(&js, "toolstream").await;
+    let mut e2e = E2e::start_on(server, toolstream_bin(), &[], &[]).await;
+    let E2e {
+        worker,
+        js,
+        producer,
+        client,
+        server,
+        ..
+    } = &mut e2e;
     // a UI: a plain subscription on the conversation's events
     let mut ui = client
         .subscribe("toolstream.events.cbig.>")
@@ -305,8 +301,7 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
 
     let (call, content) = write_file_call();
     assert!(call.args.to_string().len() > 1_048_576);
-    let producer = Producer::new(js.clone());
-    publish_big_call(&producer, "cbig", "mbig", &call).await;
+    publish_big_call(producer, "cbig", "mbig", &call).await;
     producer
         .openai_stream(
             "csmall",
@@ -353,7 +348,7 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
     assert_eq!(small["tool_call"]["name"], "write_file");
     assert_eq!(small["tool_call"]["arguments"], Value::Null);
     assert_eq!(small["payload_ref"]["object"], small["event_id"]);
-    let object = fetch_ref(&js, &small["payload_ref"]).await;
+    let object = fetch_ref(js, &small["payload_ref"]).await;
     let full: Event = serde_json::from_slice(&object).expect("the object is the event");
     assert_eq!(full.event_type, EventType::ToolCallCompleted);
     assert_eq!(
@@ -363,7 +358,7 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
     assert_whole_call(&full, &call, &content);
     // message.completed is offloaded the same way and lists the whole call
     let message: Event =
-        serde_json::from_slice(&fetch_ref(&js, &seen[2]["payload_ref"]).await).expect("event");
+        serde_json::from_slice(&fetch_ref(js, &seen[2]["payload_ref"]).await).expect("event");
     let calls = message.calls.expect("calls");
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].tool_call.raw_arguments, call.args.to_string());
@@ -410,7 +405,7 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
     let reply: Value = serde_json::from_slice(&reply.payload).expect("reply JSON");
     let message_ref = reply["payload_ref"].clone();
     let snapshot: MessageSnapshot =
-        serde_json::from_slice(&fetch_ref(&js, &message_ref).await).expect("snapshot");
+        serde_json::from_slice(&fetch_ref(js, &message_ref).await).expect("snapshot");
     assert_eq!(snapshot.calls.len(), 1);
     assert_eq!(
         snapshot.calls[0].tool_call.raw_arguments,
@@ -429,7 +424,7 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
         .await
         .unwrap_or_else(|e| panic!("history reply: {e}\n{}", tail(&worker.log(), 30)));
     let reply: Value = serde_json::from_slice(&reply.payload).expect("reply JSON");
-    let history = fetch_ref(&js, &reply["payload_ref"]).await;
+    let history = fetch_ref(js, &reply["payload_ref"]).await;
     let history: Value = serde_json::from_slice(&history).expect("history JSON");
     assert!(
         history
@@ -445,7 +440,7 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
     let again: Value = serde_json::from_slice(&again.payload).expect("reply JSON");
     assert_eq!(again["payload_ref"], message_ref);
     let mut objects = 0;
-    let mut list = bucket(&js).await.list().await.expect("list");
+    let mut list = bucket(js).await.list().await.expect("list");
     while let Some(info) = futures::StreamExt::next(&mut list).await {
         info.expect("object info");
         objects += 1;
@@ -463,7 +458,7 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
     assert_eq!(snapshot.calls[0].tool_call.name, "lookup");
 
     // the events stream holds them once each, nothing went to the DLQ
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     events
         .until(
             WAIT,
@@ -477,7 +472,7 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
         events_of(&events.all, "cbig", "mbig", "tool_call.completed").len(),
         1
     );
-    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
+    let mut dlq = StreamLog::new(js, "TOOLSTREAM_DLQ");
     dlq.poll().await;
     assert!(
         dlq.all.is_empty(),
@@ -490,42 +485,32 @@ async fn big_call_reaches_subscribers(server: NatsServer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_storing_an_oversized_event_and_publishing_it_loses_and_duplicates_nothing()
 {
-    let server = server();
-    let dir = tempfile::tempdir().unwrap();
-    let store_dir = dir.path().join("store");
-    let mut worker = Worker::start_with_env(
-        &server.url(),
-        &store_dir,
-        &[],
-        &[("TOOLSTREAM_FAILPOINT_HOLD_AFTER_PAYLOAD_PUTS", "1")],
-    );
-    let js = jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
+    let failpoint = [("TOOLSTREAM_FAILPOINT_HOLD_AFTER_PAYLOAD_PUTS", "1")];
+    let mut e2e = E2e::start_on(server(), toolstream_bin(), &[], &failpoint).await;
+    let (url, store_dir) = (e2e.server.url(), e2e.store());
+    let (worker, js, producer) = e2e.parts();
     let (call, content) = write_file_call();
-    publish_big_call(&Producer::new(js.clone()), "ccrash", "mcrash", &call).await;
+    publish_big_call(producer, "ccrash", "mcrash", &call).await;
 
     // the relay stored the completed event's object and holds before publishing it
-    let deadline = Instant::now() + WAIT;
-    while !worker.current_log().contains("failpoint: payload stored") {
-        assert!(
-            Instant::now() < deadline,
-            "failpoint not reached:\n{}",
-            tail(&worker.log(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let held = &*worker;
+    eventually_async(WAIT, || async move {
+        held.current_log().contains("failpoint: payload stored")
+    })
+    .await
+    .unwrap_or_else(|| panic!("failpoint not reached:\n{}", tail(&worker.log(), 40)));
     let completed_id = event_id(
         "ccrash",
         "mcrash",
         EventSubject::Call(0),
         EventType::ToolCallCompleted,
     );
-    let before = bucket(&js)
+    let before = bucket(js)
         .await
         .info(&completed_id)
         .await
         .expect("object stored");
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
     events.poll().await;
     assert!(
         !events_of(&events.all, "ccrash", "mcrash", "tool_call.started").is_empty(),
@@ -537,8 +522,7 @@ async fn a_crash_between_storing_an_oversized_event_and_publishing_it_loses_and_
     );
 
     worker.kill(); // SIGKILL in the window
-    drop(worker);
-    let mut worker = Worker::start(&server.url(), &store_dir, &[]);
+    let mut worker = Worker::start(&url, &store_dir, &[]);
     events
         .until(
             WAIT,
@@ -554,16 +538,16 @@ async fn a_crash_between_storing_an_oversized_event_and_publishing_it_loses_and_
     let small = completed[0].json();
     assert_eq!(small["event_id"], completed_id.as_str());
     let full: Event =
-        serde_json::from_slice(&fetch_ref(&js, &small["payload_ref"]).await).expect("event");
+        serde_json::from_slice(&fetch_ref(js, &small["payload_ref"]).await).expect("event");
     assert_whole_call(&full, &call, &content);
     // the object was not written again: same upload, and only the two events' objects exist
-    let after = bucket(&js).await.info(&completed_id).await.expect("object");
+    let after = bucket(js).await.info(&completed_id).await.expect("object");
     assert_eq!(
         after.nuid, before.nuid,
         "the stored object was reused, not rewritten"
     );
     let mut names = Vec::new();
-    let mut list = bucket(&js).await.list().await.expect("list");
+    let mut list = bucket(js).await.list().await.expect("list");
     while let Some(info) = futures::StreamExt::next(&mut list).await {
         names.push(info.expect("object info").name);
     }
@@ -580,7 +564,7 @@ async fn a_crash_between_storing_an_oversized_event_and_publishing_it_loses_and_
         names, expected,
         "one object per oversized event, none twice"
     );
-    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
+    let mut dlq = StreamLog::new(js, "TOOLSTREAM_DLQ");
     dlq.poll().await;
     assert!(dlq.all.is_empty(), "nothing dead-lettered");
     assert!(worker.terminate());

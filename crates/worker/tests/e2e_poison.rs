@@ -7,12 +7,15 @@
 //! The crash is a test failpoint (`TOOLSTREAM_FAILPOINT_ABORT_ON_BODY`): the process aborts
 //! while applying any input whose body holds the marker, as a stack overflow would.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use toolstream_testkit::NatsServer;
+use toolstream_testkit::openai;
 
 const MARKER: &str = "POISON_7f3a";
 const GOOD: usize = 6;
@@ -27,17 +30,13 @@ fn good_calls(i: usize) -> Vec<Call> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_input_costs_no_other_stream_anything() {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
     let flags = ["--ack-wait", "2s", "--max-deliver", "3"];
     let env = [("TOOLSTREAM_FAILPOINT_ABORT_ON_BODY", MARKER)];
-    let mut worker = Worker::start_with_env(&server.url(), &dir.path().join("store"), &flags, &env);
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
+    let mut e2e = E2e::start_with_env(toolstream_bin(), &flags, &env).await;
+    let (worker, js, producer) = e2e.parts();
     // everything waits while the worker is down, so the poison is fetched in one batch with
     // the good streams' chunks
     worker.kill();
-    let producer = Producer::new(js.clone());
     let poison_calls = vec![Call {
         id: "call_p".to_string(),
         name: "exec".to_string(),
@@ -45,11 +44,8 @@ async fn a_poison_input_costs_no_other_stream_anything() {
     }];
     let mut poison_stream = openai_chat_stream(&poison_calls);
     // a well-formed chunk in the middle of the call, carrying the marker in a field nobody reads
-    let poison = json!({
-        "id": "chatcmpl-p", "object": "chat.completion.chunk", "system_fingerprint": MARKER,
-        "choices": [{"index": 0, "finish_reason": null,
-                     "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}}]
-    });
+    let mut poison: Value = serde_json::from_slice(&openai::args_chunk(0, "")).unwrap();
+    poison["system_fingerprint"] = MARKER.into();
     poison_stream.insert(2, serde_json::to_vec(&poison).unwrap());
     let good: Vec<Vec<Vec<u8>>> = (0..GOOD)
         .map(|i| openai_chat_stream(&good_calls(i)))
@@ -79,8 +75,8 @@ async fn a_poison_input_costs_no_other_stream_anything() {
 
     // supervise: restart the worker whenever the poison stops it
     worker.restart();
-    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
-    let mut dlq = StreamLog::new(&js, "TOOLSTREAM_DLQ");
+    let mut events = StreamLog::new(js, "TOOLSTREAM_EVENTS");
+    let mut dlq = StreamLog::new(js, "TOOLSTREAM_DLQ");
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut stops = 0;
     loop {

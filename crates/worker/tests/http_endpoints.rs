@@ -5,10 +5,10 @@
 mod common;
 mod ops_support;
 
-use common::{openai_chat_stream, Call, Producer, StreamLog};
+use common::{eventually_async, openai_chat_stream, Call, Producer, StreamLog};
 use ops_support::{sample, OpsWorker, WAIT};
 use serde_json::json;
-use std::time::{Duration, Instant};
+
 use toolstream_testkit::NatsServer;
 
 #[tokio::test]
@@ -58,16 +58,17 @@ async fn metrics_counters_move_with_real_traffic() {
         .await;
 
     // Counters are updated after the PubAck/flush; poll until they settle.
-    let deadline = Instant::now() + WAIT;
-    let after = loop {
+    let polled = &worker;
+    let settled = eventually_async(WAIT, || async move {
+        let (_, body) = polled.get("/metrics").await.expect("GET /metrics");
+        (sample(&body, "toolstream_events_out_total") == Some(11.0)
+            && sample(&body, "toolstream_outbox_depth") == Some(0.0))
+        .then_some(body)
+    })
+    .await;
+    let Some(after) = settled else {
         let (_, body) = worker.get("/metrics").await.expect("GET /metrics");
-        if sample(&body, "toolstream_events_out_total") == Some(11.0)
-            && sample(&body, "toolstream_outbox_depth") == Some(0.0)
-        {
-            break body;
-        }
-        assert!(Instant::now() < deadline, "metrics did not settle:\n{body}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        panic!("metrics did not settle:\n{body}");
     };
     let n_chunks = (chunks.len() * 2) as f64;
     assert_eq!(sample(&after, "toolstream_chunks_in_total"), Some(n_chunks));

@@ -16,10 +16,13 @@
 //!
 //! The seed is printed; `TOOLSTREAM_FAULT_SEED=<seed>` repeats a run.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use async_nats::jetstream;
-use common::{client, tail, wait_provisioned, Producer, Worker};
+use common::{client, eventually_async, tail, wait_provisioned, Producer, Worker};
 use std::time::{Duration, Instant};
 use toolstream_testkit::fault::{
     self, workload::Published, Checker, Misbehaviour, Reference, WaitPlan, Workload, WorkloadSpec,
@@ -216,8 +219,7 @@ async fn cluster_client(cluster: &NatsCluster) -> async_nats::Client {
 
 /// The server name leading the input stream's RAFT group once there is one other than `not`.
 async fn input_leader_other_than(js: &jetstream::Context, not: Option<&str>) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually_async(Duration::from_secs(60), || async move {
         // one attempt at a time, bounded: a request sent while the client fails over to
         // another node would otherwise hang for the client's whole request timeout
         let attempt = tokio::time::timeout(Duration::from_secs(2), async {
@@ -225,17 +227,14 @@ async fn input_leader_other_than(js: &jetstream::Context, not: Option<&str>) -> 
             let info = s.info().await.ok()?;
             info.cluster.as_ref().and_then(|c| c.leader.clone())
         });
-        if let Ok(Some(leader)) = attempt.await {
-            if Some(leader.as_str()) != not {
-                return leader;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "TOOLSTREAM_IN has no leader (other than {not:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        attempt
+            .await
+            .ok()
+            .flatten()
+            .filter(|leader| Some(leader.as_str()) != not)
+    })
+    .await
+    .unwrap_or_else(|| panic!("TOOLSTREAM_IN has no leader (other than {not:?})"))
 }
 
 /// Starts node `k` again on the same ports and store and waits until it has caught up.

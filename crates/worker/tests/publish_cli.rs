@@ -4,40 +4,20 @@
 //! message ids of conversations with `:` in their ids do not collide. Each test is named for
 //! the bug it pins (issue 7, items 3 and 4; issue 8, item 4).
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
-#[path = "../src/publish/msg_id.rs"]
-#[allow(dead_code)]
-mod msg_id;
-
+use chunk_model::wire::msg_id;
 use common::*;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
-use toolstream_testkit::NatsServer;
 
-/// A running server and worker, and readers of the input and events streams.
-struct Setup {
-    _server: NatsServer,
-    _dir: tempfile::TempDir,
-    worker: Worker,
-    url: String,
-    js: async_nats::jetstream::Context,
-}
-
-async fn setup() -> Setup {
-    let server = NatsServer::start().expect("nats-server");
-    let dir = tempfile::tempdir().unwrap();
-    let worker = Worker::start(&server.url(), &dir.path().join("store"), &[]);
-    let js = async_nats::jetstream::new(client(&server.url()).await);
-    wait_provisioned(&js, "toolstream").await;
-    Setup {
-        url: server.url(),
-        _server: server,
-        _dir: dir,
-        worker,
-        js,
-    }
+/// A running server and worker (the shared end-to-end setup).
+async fn setup() -> E2e {
+    E2e::start(toolstream_bin(), &[]).await
 }
 
 /// Runs `toolstream publish --nats-url <url> <args>` with `stdin` as its input.
@@ -125,7 +105,7 @@ async fn two_publish_results_commands_both_store_their_result() {
     let calls = calls("call");
     let stream = sse(&openai_chat_stream(&calls));
     ok(&publish(
-        &s.url,
+        &s.server.url(),
         &["--conversation", "c1", "--message", "m1", "-"],
         &stream,
     )
@@ -134,7 +114,7 @@ async fn two_publish_results_commands_both_store_their_result() {
     for (call, output) in [("call_a", "result A"), ("call_b", "result B")] {
         let body = json!({"tool_call_id": call, "output": output}).to_string();
         let out = publish(
-            &s.url,
+            &s.server.url(),
             &["--results", "--conversation", "c1", "--message", "m1", "-"],
             body.as_bytes(),
         )
@@ -188,10 +168,15 @@ async fn publish_seq_start_continues_a_stream_in_a_later_command() {
     let frames = openai_chat_stream(&calls);
     let half = frames.len() / 2;
     let args = ["--conversation", "c2", "--message", "m2"];
-    ok(&publish(&s.url, &[&args[..], &["-"]].concat(), &sse(&frames[..half])).await);
+    ok(&publish(
+        &s.server.url(),
+        &[&args[..], &["-"]].concat(),
+        &sse(&frames[..half]),
+    )
+    .await);
     let start = half.to_string();
     let rest = [&args[..], &["--seq-start", &start, "-"]].concat();
-    ok(&publish(&s.url, &rest, &sse(&frames[half..])).await);
+    ok(&publish(&s.server.url(), &rest, &sse(&frames[half..])).await);
     let mut events = StreamLog::new(&s.js, "TOOLSTREAM_EVENTS");
     events
         .until(
@@ -216,15 +201,20 @@ async fn publish_end_after_an_earlier_command_ends_the_stream() {
     let mut frames = openai_chat_stream(&calls);
     frames.truncate(frames.len() - 2); // no finish_reason, no [DONE]: calls stay open
     let args = ["--conversation", "c3", "--message", "m3"];
-    ok(&publish(&s.url, &[&args[..], &["-"]].concat(), &sse(&frames)).await);
+    ok(&publish(
+        &s.server.url(),
+        &[&args[..], &["-"]].concat(),
+        &sse(&frames),
+    )
+    .await);
     // an end alone must say where the stream is...
-    let out = publish(&s.url, &[&args[..], &["--end"]].concat(), b"").await;
+    let out = publish(&s.server.url(), &[&args[..], &["--end"]].concat(), b"").await;
     assert!(!out.status.success(), "an unnumbered end was accepted");
     assert!(stderr(&out).contains("--seq-start"), "{}", stderr(&out));
     // ... and then ends it: the worker applies it after the earlier command's chunks
     let n = frames.len().to_string();
     ok(&publish(
-        &s.url,
+        &s.server.url(),
         &[&args[..], &["--end", "--seq-start", &n]].concat(),
         b"",
     )
@@ -278,10 +268,10 @@ async fn a_duplicate_the_user_did_not_mean_is_an_error() {
     let s = setup().await;
     let stream = sse(&openai_chat_stream(&calls("dup")));
     let args = ["--conversation", "c4", "--message", "m4", "-"];
-    ok(&publish(&s.url, &args, &stream).await);
+    ok(&publish(&s.server.url(), &args, &stream).await);
     // the same stream again, e.g. a forgotten --seq-start: nothing new is stored, and the
     // command says so by failing
-    let out = publish(&s.url, &args, &stream).await;
+    let out = publish(&s.server.url(), &args, &stream).await;
     assert!(!out.status.success(), "duplicates reported as success");
     let err = stderr(&out);
     let first = msg_id::msg_id("c4", "m4", msg_id::Input::Chunk(0));
@@ -294,12 +284,17 @@ async fn a_duplicate_the_user_did_not_mean_is_an_error() {
     // a second result for a call is an error too
     let body = json!({"tool_call_id": "dup_a", "output": "x"}).to_string();
     let results = ["--results", "--conversation", "c4", "--message", "m4", "-"];
-    ok(&publish(&s.url, &results, body.as_bytes()).await);
-    let out = publish(&s.url, &results, body.as_bytes()).await;
+    ok(&publish(&s.server.url(), &results, body.as_bytes()).await);
+    let out = publish(&s.server.url(), &results, body.as_bytes()).await;
     assert!(!out.status.success(), "a second result reported as success");
     assert!(stderr(&out).contains("results frame 0"), "{}", stderr(&out));
     // a resend the user means is fine
-    let out = publish(&s.url, &[&["--retry"], &args[..]].concat(), &stream).await;
+    let out = publish(
+        &s.server.url(),
+        &[&["--retry"], &args[..]].concat(),
+        &stream,
+    )
+    .await;
     let err = ok(&out);
     assert!(err.contains("already stored"), "{err}");
 }
@@ -314,7 +309,7 @@ async fn msg_ids_of_colon_conversations_do_not_collide() {
     ];
     for (conv, msg, calls) in &pairs {
         let out = publish(
-            &s.url,
+            &s.server.url(),
             &["--conversation", conv, "--message", msg, "-"],
             &sse(&openai_chat_stream(calls)),
         )

@@ -2,6 +2,9 @@
 //! as live" (the stored message equals what the events said), provider-valid history, coded
 //! errors instead of silence, and service discovery.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 mod ops_support;
 

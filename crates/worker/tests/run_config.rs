@@ -2,6 +2,9 @@
 //! parses and documents every setting at its default; environment variables override the file
 //! and flags override both; `--help` lists every flag the sample names; misspelt keys fail.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::BTreeSet;
@@ -208,11 +211,8 @@ fn json_logs_are_one_object_per_line() {
         &dir.path().join("s"),
         &["--log-format", "json"],
     );
-    let deadline = std::time::Instant::now() + common::WAIT;
-    while w.log().lines().count() < 3 {
-        assert!(std::time::Instant::now() < deadline, "no logs: {}", w.log());
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::eventually(common::WAIT, || w.log().lines().count() >= 3)
+        .unwrap_or_else(|| panic!("no logs: {}", w.log()));
     assert!(w.terminate(), "stops on SIGTERM before ever connecting");
     let log = w.log();
     for line in log.lines() {

@@ -7,6 +7,9 @@
 //!   that are dead-lettered (whose reason quotes the body: that reason stays in the dead
 //!   letter's `Toolstream-Reason` header), not from provider errors or a producer's error end.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use async_nats::jetstream;
@@ -16,7 +19,7 @@ use serde_json::json;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use toolstream_testkit::NatsServer;
 
 fn mode(p: &Path) -> u32 {
@@ -34,18 +37,17 @@ fn the_data_directory_and_its_missing_parents_are_created_0700() {
     let data = t.path().join("new").join("data");
     let log = t.path().join("worker.log");
     let mut w = Bare::start(&server.url(), &data, &log, &[]);
-    let deadline = Instant::now() + WAIT;
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("JetStream ready")
-    {
-        assert!(
-            Instant::now() < deadline,
+    eventually(WAIT, || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("JetStream ready")
+    })
+    .unwrap_or_else(|| {
+        panic!(
             "not ready:\n{}",
             std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        )
+    });
     assert_eq!(mode(&data), 0o700, "{}", data.display());
     assert_eq!(mode(&t.path().join("new")), 0o700);
     assert!(w.terminate());
@@ -109,14 +111,8 @@ impl Bare {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.success();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+        eventually(WAIT, || self.child.try_wait().ok().flatten())
+            .is_some_and(|status| status.success())
     }
 }
 
@@ -224,25 +220,16 @@ async fn publish_secrets(p: &Producer, secret: &str) {
 
 /// Waits until `consumer` has nothing pending or unacknowledged.
 async fn wait_consumed(js: &jetstream::Context, consumer: &str, log: impl Fn() -> String) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Ok(stream) = js.get_stream("TOOLSTREAM_IN").await {
-            if let Ok(info) = stream.consumer_info(consumer).await {
-                if info.num_pending == 0
-                    && info.num_ack_pending == 0
-                    && info.delivered.stream_sequence > 0
-                {
-                    return;
-                }
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{consumer} did not catch up:\n{}",
-            tail(&log(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_async(WAIT, || async move {
+        let Ok(stream) = js.get_stream("TOOLSTREAM_IN").await else {
+            return false;
+        };
+        stream.consumer_info(consumer).await.is_ok_and(|info| {
+            info.num_pending == 0 && info.num_ack_pending == 0 && info.delivered.stream_sequence > 0
+        })
+    })
+    .await
+    .unwrap_or_else(|| panic!("{consumer} did not catch up:\n{}", tail(&log(), 40)));
 }
 
 #[tokio::test]

@@ -5,8 +5,9 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::common::eventually_async;
 pub use crate::common::WAIT;
 
 /// `toolstream run` (the shared [`crate::common::Worker`]) with a `/metrics` + `/healthz`
@@ -42,20 +43,14 @@ impl OpsWorker {
 
     /// Polls `path` until its status is `want`; panics with the log after [`WAIT`].
     pub async fn wait_status(&self, path: &str, want: u16) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Ok((status, body)) = self.get(path).await {
-                if status == want {
-                    return body;
-                }
+        eventually_async(WAIT, || async move {
+            match self.get(path).await {
+                Ok((status, body)) if status == want => Some(body),
+                _ => None,
             }
-            assert!(
-                Instant::now() < deadline,
-                "{path} never answered {want}; worker log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
+        .unwrap_or_else(|| panic!("{path} never answered {want}; worker log:\n{}", self.log()))
     }
 }
 
@@ -145,21 +140,18 @@ pub async fn query(
 /// Waits until the input and events streams exist and the input stream has at least
 /// `consumers` consumers (the worker's durable consumers), whatever they are named.
 pub async fn wait_provisioned(js: &async_nats::jetstream::Context, consumers: usize) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if js.get_stream("TOOLSTREAM_EVENTS").await.is_ok() {
-            if let Ok(mut input) = js.get_stream("TOOLSTREAM_IN").await {
-                if let Ok(info) = input.info().await {
-                    if info.state.consumer_count >= consumers {
-                        return;
-                    }
-                }
-            }
+    eventually_async(WAIT, || async move {
+        if js.get_stream("TOOLSTREAM_EVENTS").await.is_err() {
+            return false;
         }
-        assert!(
-            Instant::now() < deadline,
-            "worker did not provision JetStream in time"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let Ok(mut input) = js.get_stream("TOOLSTREAM_IN").await else {
+            return false;
+        };
+        input
+            .info()
+            .await
+            .is_ok_and(|info| info.state.consumer_count >= consumers)
+    })
+    .await
+    .unwrap_or_else(|| panic!("worker did not provision JetStream in time"));
 }
