@@ -347,6 +347,17 @@ impl Drop for NatsServer {
     }
 }
 
+/// The provider directories of [`recordings_dir`], one per provider format.
+pub const RECORDED_PROVIDERS: [&str; 7] = [
+    "openai-chat",
+    "openai-responses",
+    "anthropic",
+    "gemini",
+    "bedrock",
+    "ollama",
+    "ai-sdk",
+];
+
 /// The repository's `tests/recordings/` directory (recorded provider streams).
 pub fn recordings_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("recordings")

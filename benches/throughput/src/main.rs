@@ -29,6 +29,7 @@ mod worker;
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
+use chunk_model::wire;
 use clap::Parser;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
@@ -381,12 +382,13 @@ async fn produce(
     let mut pending = FuturesUnordered::new();
     for (m, stream) in streams.iter().enumerate() {
         let msg_id = format!("c{conv}m{m}");
-        let subject = format!("toolstream.chunks.{conv_id}.{msg_id}");
+        let subject =
+            wire::Subjects::new("toolstream").input(wire::InputKind::Chunk, &conv_id, &msg_id);
         for (seq, body) in stream.chunks.iter().enumerate() {
             let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Toolstream-Provider", "openai-chat");
-            headers.insert("Toolstream-Seq", seq.to_string().as_str());
-            headers.insert("Nats-Msg-Id", format!("{msg_id}:{seq}").as_str());
+            headers.insert(wire::headers::PROVIDER, "openai-chat");
+            headers.insert(wire::headers::SEQ, seq.to_string().as_str());
+            headers.insert(wire::headers::MSG_ID, format!("{msg_id}:{seq}").as_str());
             if seq == stream.finish_index {
                 finish.insert((conv_id.clone(), msg_id.clone()), Instant::now());
             }

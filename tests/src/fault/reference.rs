@@ -8,6 +8,7 @@
 //! message's final results) and the order of `tool_results` in a snapshot (arrival order).
 
 use super::workload::{MessagePlan, Workload};
+use crate::harness::message_key;
 use assembler::{Applied, Control, Input, InputKind, OutboxKind, Seq, Store};
 use chunk_model::Provider;
 use serde_json::Value;
@@ -72,14 +73,10 @@ impl Reference {
                         let event: Value = serde_json::from_slice(&row.payload)
                             .map_err(|e| format!("reference event is not JSON: {e}"))?;
                         let id = event["event_id"].as_str().unwrap_or_default().to_string();
-                        let key = (
-                            event["conversation_id"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_string(),
-                            event["message_id"].as_str().unwrap_or_default().to_string(),
-                        );
-                        by_message.entry(key).or_default().push(id.clone());
+                        by_message
+                            .entry(message_key(&event))
+                            .or_default()
+                            .push(id.clone());
                         if reference.events.insert(id.clone(), event).is_some() {
                             return Err(format!("the reference emitted {id} twice"));
                         }

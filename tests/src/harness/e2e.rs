@@ -58,6 +58,11 @@ impl E2e {
         }
     }
 
+    /// What most tests use: the worker, JetStream and the producer.
+    pub fn parts(&mut self) -> (&mut Worker, &jetstream::Context, &Producer) {
+        (&mut self.worker, &self.js, &self.producer)
+    }
+
     /// The worker's data directory.
     pub fn store(&self) -> PathBuf {
         self.dir.path().join("store")

@@ -33,7 +33,8 @@ pub use crate::wait::{eventually, eventually_async, POLL};
 pub use e2e::E2e;
 pub use producer::{spawn_paced_openai_streams, Producer};
 pub use read::{
-    assert_each_event_once, by_message, check_message, completed_messages, Read, StreamLog,
+    assert_each_event_once, by_message, check_message, completed_messages, message_key, Read,
+    StreamLog,
 };
 pub use streams::{
     anthropic_stream, anthropic_stream_cut, openai_chat_stream, openai_chat_stream_cut, pieces,

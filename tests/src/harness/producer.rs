@@ -5,6 +5,7 @@ use super::streams::{openai_chat_stream, Call};
 use super::WAIT;
 use async_nats::jetstream::{self, message::PublishMessage};
 use async_nats::HeaderMap;
+use chunk_model::wire::{headers, InputKind, Subjects};
 use std::time::{Duration, Instant};
 
 /// Publishes input the way a producer does: headers of the contract, PubAck awaited, retried
@@ -65,9 +66,9 @@ impl Producer {
     /// Publishes chunk number `seq` of a message's stream.
     pub async fn chunk(&self, conv: &str, msg: &str, provider: &str, seq: u64, body: &[u8]) {
         let mut h = HeaderMap::new();
-        h.insert("Toolstream-Provider", provider);
-        h.insert("Toolstream-Seq", seq.to_string().as_str());
-        let subject = format!("{}.chunks.{conv}.{msg}", self.prefix);
+        h.insert(headers::PROVIDER, provider);
+        h.insert(headers::SEQ, seq.to_string().as_str());
+        let subject = Subjects::new(&self.prefix).input(InputKind::Chunk, conv, msg);
         self.publish(&subject, h, &format!("{conv}:{msg}:{seq}"), body)
             .await;
     }
@@ -82,9 +83,9 @@ impl Producer {
     /// Publishes a whole tool result on the results subject of `msg`.
     pub async fn result(&self, conv: &str, msg: &str, seq: u64, tool_call_id: &str, output: &str) {
         let mut h = HeaderMap::new();
-        h.insert("Toolstream-Seq", seq.to_string().as_str());
+        h.insert(headers::SEQ, seq.to_string().as_str());
         let body = serde_json::json!({"tool_call_id": tool_call_id, "output": output});
-        let subject = format!("{}.results.{conv}.{msg}", self.prefix);
+        let subject = Subjects::new(&self.prefix).input(InputKind::Result, conv, msg);
         self.publish(
             &subject,
             h,

@@ -117,16 +117,15 @@ pub fn by_message(events: &[Read]) -> BTreeMap<(String, String), Vec<Value>> {
     let mut out: BTreeMap<(String, String), Vec<Value>> = BTreeMap::new();
     for e in events {
         let v = e.json();
-        let key = (
-            v["conversation_id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            v["message_id"].as_str().unwrap_or_default().to_string(),
-        );
-        out.entry(key).or_default().push(v);
+        out.entry(message_key(&v)).or_default().push(v);
     }
     out
+}
+
+/// The (conversation, message) an event belongs to; empty strings where a field is absent.
+pub fn message_key(event: &Value) -> (String, String) {
+    let field = |name: &str| event[name].as_str().unwrap_or_default().to_string();
+    (field("conversation_id"), field("message_id"))
 }
 
 /// Asserts that no `event_id` occurs twice among `events` (JetStream's dedupe held).

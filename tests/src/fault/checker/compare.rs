@@ -3,18 +3,13 @@
 
 use super::super::reference::{normalize_event, Reference};
 use super::Seen;
+use crate::harness::message_key;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
 /// The source of the message an event belongs to.
 pub(super) fn message_source(reference: &Reference, event: &Value) -> String {
-    let key = (
-        event["conversation_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        event["message_id"].as_str().unwrap_or_default().to_string(),
-    );
+    let key = message_key(event);
     reference
         .messages
         .get(&key)

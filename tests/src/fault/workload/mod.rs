@@ -24,6 +24,7 @@ mod sources;
 
 use super::Rng;
 use crate::harness::{anthropic_stream_cut, openai_chat_stream_cut, Call, Producer};
+use crate::RECORDED_PROVIDERS as PROVIDERS;
 use async_nats::HeaderMap;
 use publish::publish_message;
 use serde_json::{json, Value};
@@ -218,16 +219,6 @@ pub struct Published {
     /// Of those, copies published on purpose (duplicates, storms).
     pub copies: usize,
 }
-
-const PROVIDERS: [&str; 7] = [
-    "openai-chat",
-    "openai-responses",
-    "anthropic",
-    "gemini",
-    "bedrock",
-    "ollama",
-    "ai-sdk",
-];
 
 const NAMES: [&str; 6] = [
     "get_weather",

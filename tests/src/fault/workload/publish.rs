@@ -2,6 +2,7 @@
 //! its results, and the copies [`super::Misbehaviour`] asks for.
 
 use super::*;
+use chunk_model::wire::{headers, InputKind, Subjects};
 
 /// One input as published.
 pub(super) struct Out {
@@ -19,11 +20,11 @@ pub(super) async fn publish_message(
     start: Instant,
 ) -> Result<Published, String> {
     let (conv, msg) = (&plan.conversation, &plan.message);
-    let chunk_subject = format!("{}.chunks.{conv}.{msg}", producer.prefix);
-    let result_subject = format!("{}.results.{conv}.{msg}", producer.prefix);
+    let chunk_subject = Subjects::new(&producer.prefix).input(InputKind::Chunk, conv, msg);
+    let result_subject = Subjects::new(&producer.prefix).input(InputKind::Result, conv, msg);
     let result_out = |seq: u64, r: &ResultPlan| {
         let mut h = HeaderMap::new();
-        h.insert("Toolstream-Seq", seq.to_string().as_str());
+        h.insert(headers::SEQ, seq.to_string().as_str());
         Out {
             subject: result_subject.clone(),
             headers: h,
@@ -42,8 +43,8 @@ pub(super) async fn publish_message(
         .enumerate()
         .map(|(seq, body)| {
             let mut h = HeaderMap::new();
-            h.insert("Toolstream-Provider", plan.provider.as_str());
-            h.insert("Toolstream-Seq", seq.to_string().as_str());
+            h.insert(headers::PROVIDER, plan.provider.as_str());
+            h.insert(headers::SEQ, seq.to_string().as_str());
             Out {
                 subject: chunk_subject.clone(),
                 headers: h,
@@ -60,9 +61,9 @@ pub(super) async fn publish_message(
     if plan.publishes_end() {
         let seq = plan.chunks.len();
         let mut h = HeaderMap::new();
-        h.insert("Toolstream-Provider", plan.provider.as_str());
-        h.insert("Toolstream-Seq", seq.to_string().as_str());
-        h.insert("Toolstream-Control", "end");
+        h.insert(headers::PROVIDER, plan.provider.as_str());
+        h.insert(headers::SEQ, seq.to_string().as_str());
+        h.insert(headers::CONTROL, headers::CONTROL_END);
         chunks.push(Out {
             subject: chunk_subject.clone(),
             headers: h,
