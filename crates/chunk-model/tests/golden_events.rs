@@ -4,6 +4,7 @@
 //! `UPDATE_GOLDEN=1 cargo test -p chunk-model --test golden_events` and review the diff: any
 //! change here is a change of the output contract.
 
+use chunk_model::wire::Reason;
 use chunk_model::{
     event_id, CallOutcome, CallStatus, Event, EventSubject, EventType, Offload, PayloadRef,
     Provider, ToolCall, ToolResult,
@@ -122,7 +123,9 @@ fn cases() -> Vec<(&'static str, Event)> {
         output: "{\"rows\":3}".into(),
         is_error: false,
     });
-    orphaned.reason = Some("no_matching_call".into());
+    // (the reason the store writes: `Reason::NoCall`; this file said `no_matching_call`,
+    // which no code ever emitted)
+    orphaned.reason = Some(Reason::NoCall.as_str().into());
 
     let mut message = Event::new(
         EventType::MessageCompleted,
@@ -310,6 +313,33 @@ fn golden_files_pin_the_json_form_of_every_event_type() {
         let parsed: Event = serde_json::from_str(&golden).expect("golden parses as Event");
         assert_eq!(parsed, event, "{file}: round trip through serde");
     }
+}
+
+/// Every `reason` in a golden event (the event's own and each `calls[].reason`) is one of the
+/// contract's [`Reason`]s, byte for byte.
+#[test]
+fn every_golden_reason_is_a_contract_reason() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(golden_dir()).expect("golden dir") {
+        let path = entry.expect("entry").path();
+        let value: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+        let calls = value["calls"].as_array().cloned().unwrap_or_default();
+        let reasons = std::iter::once(&value["reason"])
+            .chain(calls.iter().map(|c| &c["reason"]))
+            .filter_map(Value::as_str);
+        for reason in reasons {
+            let parsed: Reason = reason
+                .parse()
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(parsed.as_str(), reason);
+            seen += 1;
+        }
+    }
+    assert!(
+        seen >= 4,
+        "expected reasons in the golden files, found {seen}"
+    );
 }
 
 #[test]

@@ -240,7 +240,7 @@ impl<'de> Visitor<'de> for LooseVisitor {
 /// report where the index is needed. Smaller than a [`Loose`], so the structs that hold one
 /// stay cheap to move.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SoftIndex(Result<Option<u32>, Box<String>>);
+pub struct SoftIndex(Result<Option<u32>, Box<str>>);
 
 impl SoftIndex {
     /// The index (`None` for a blank string), or the problem with the value.
@@ -255,7 +255,7 @@ impl SoftIndex {
 impl<'de> Deserialize<'de> for SoftIndex {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let value = Loose::deserialize(deserializer)?;
-        Ok(SoftIndex(value.index().map_err(Box::new)))
+        Ok(SoftIndex(value.index().map_err(String::into_boxed_str)))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Tests of the lenient readers.
 
 use super::*;
+use crate::chunk::Finish;
 
 fn loose(json: &str) -> Loose<'_> {
     serde_json::from_str(json).unwrap()
