@@ -1,6 +1,6 @@
 //! `toolstream publish`: sends a recorded provider stream (SSE, NDJSON or a JSON array, split by
-//! `chunk_model::framing`) or tool results to JetStream the way a producer should (design.md,
-//! "Input contract"), each message confirmed by a PubAck. Ids: [`msg_id`] (one builder, format
+//! `chunk_model::framing`) or tool results to JetStream the way a producer should (docs/contracts.md,
+//! "Input"), each message confirmed by a PubAck. Ids: [`msg_id`] (one builder, format
 //! in its docs).
 //!
 //! **Chunks** go one per frame, byte for byte, to `<prefix>.chunks.<conv>.<msg>` with

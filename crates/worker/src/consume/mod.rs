@@ -1,7 +1,8 @@
-//! The consume loop of design.md: fetch a batch → parse subject and headers into assembler
-//! inputs → apply each (one atomic commit each) → ONE flush → ack the batch → wake the relay.
+//! The consume loop (docs/contracts.md, "Consume loop"): fetch a batch → parse subject and
+//! headers into assembler inputs → apply each (one atomic commit each) → ONE flush → ack the
+//! batch → wake the relay.
 //!
-//! Every message gets exactly one of these decisions ([`Disposition`]), made once:
+//! Every message gets exactly one of these decisions ([`settle::Disposition`]), made once:
 //! - applied, duplicate or parked → `Ack` after the flush;
 //! - dead-lettered by the store (undecodable, no provider, over a limit) → `Term` after the
 //!   flush (the dead letter is already a durable outbox row the relay publishes);
@@ -13,13 +14,15 @@
 //! Timeouts (`Store::tick`) run in the same task between batches, so one task writes the store.
 //!
 //! Clock: every input is applied at its publish time (JetStream's timestamp), and timeouts run
-//! at the settled watermark ([`crate::consume::watermark`]), never at the wall clock: a stream's timer
+//! at the settled watermark ([`watermark`]), never at the wall clock: a stream's timer
 //! cannot run out while input published before its deadline is still queued or waiting to be
 //! redelivered after a crash.
 
 mod apply;
 mod batch;
 pub(crate) mod inputs;
+#[cfg(test)]
+mod nats_tests;
 mod poison;
 pub(crate) mod settle;
 #[cfg(test)]
@@ -223,5 +226,68 @@ where
                 backoff = (backoff * 2).min(OPEN_MAX_BACKOFF);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::shutdown;
+    use std::cell::RefCell;
+    use tokio::time::Instant;
+
+    #[tokio::test(start_paused = true)]
+    async fn pulling_is_retried_after_pauses_doubling_from_100ms_up_to_5s() {
+        let (_trigger, mut stop) = shutdown::channel();
+        let started = Instant::now();
+        let attempts = RefCell::new(Vec::new());
+        let opened = open_with_backoff(
+            || {
+                attempts.borrow_mut().push(started.elapsed());
+                let n = attempts.borrow().len();
+                async move {
+                    if n <= 8 {
+                        Err(anyhow::anyhow!("consumer not found"))
+                    } else {
+                        Ok(n)
+                    }
+                }
+            },
+            &mut stop,
+        )
+        .await;
+        assert_eq!(opened, Some(9));
+        let at = attempts.into_inner();
+        let pauses: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        assert_eq!(pauses, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_during_a_pause_stops_pulling_at_once_and_a_stopped_loop_never_opens() {
+        let (trigger, mut stop) = shutdown::channel();
+        let started = Instant::now();
+        let after = Duration::from_millis(250);
+        let (opened, ()) = tokio::join!(
+            open_with_backoff(
+                || async { Err::<(), _>(anyhow::anyhow!("down")) },
+                &mut stop
+            ),
+            async {
+                tokio::time::sleep(after).await;
+                trigger.trigger();
+            }
+        );
+        assert_eq!(opened, None);
+        assert_eq!(started.elapsed(), after, "the 200ms pause was cut short");
+        let attempts = RefCell::new(0);
+        let opened = open_with_backoff(
+            || {
+                *attempts.borrow_mut() += 1;
+                async { Ok(()) }
+            },
+            &mut stop,
+        )
+        .await;
+        assert_eq!((opened, attempts.into_inner()), (None, 0));
     }
 }

@@ -253,4 +253,90 @@ mod tests {
         );
         assert_eq!(w.advance(&[]), 0, "no consumers, no reading");
     }
+
+    /// A consumer whose `n`-th reading (from 0) is `answer(n)`; `None` from `answer` means it
+    /// never answers (a server that does not respond).
+    struct Fake {
+        answer: fn(usize) -> Option<Option<Settled>>,
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Fake {
+        fn new(answer: fn(usize) -> Option<Option<Settled>>) -> Arc<Fake> {
+            Arc::new(Fake {
+                answer,
+                asked: Default::default(),
+            })
+        }
+
+        fn asked(&self) -> usize {
+            self.asked.load(Ordering::SeqCst)
+        }
+    }
+
+    impl SettledSource for Arc<Fake> {
+        fn settled(&self) -> impl Future<Output = Option<Settled>> + Send {
+            let n = self.asked.fetch_add(1, Ordering::SeqCst);
+            let answer = (self.answer)(n);
+            async move {
+                match answer {
+                    Some(reading) => reading,
+                    None => std::future::pending().await,
+                }
+            }
+        }
+    }
+
+    fn caught_up_at(ms: u64) -> Option<Option<Settled>> {
+        Some(Some(Settled::CaughtUp { asked_at_ms: ms }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_round_runs_at_once_then_every_interval_until_shutdown() {
+        let watermark = Arc::new(Watermark::default());
+        let consumer = Fake::new(|n| caught_up_at(10_000 + 1_000 * n as u64));
+        let (trigger, stop) = crate::run::shutdown::channel();
+        let task = tokio::spawn(run_with(
+            Arc::clone(&watermark),
+            vec![Arc::clone(&consumer)],
+            Duration::from_secs(1),
+            stop,
+        ));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(consumer.asked(), 1, "the first round runs at once");
+        assert_eq!(watermark.get(), 10_000 - COMMIT_MARGIN_MS);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(consumer.asked(), 2, "then one round per interval");
+        assert_eq!(watermark.get(), 11_000 - COMMIT_MARGIN_MS);
+        trigger.trigger();
+        tokio::time::timeout(Duration::from_millis(1), task)
+            .await
+            .expect("the task ends on shutdown, between rounds")
+            .expect("no panic");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_consumer_holds_the_watermark_and_the_loop_only_for_the_read_timeout() {
+        let interval = Duration::from_millis(500);
+        assert_eq!(read_timeout(interval), Duration::from_secs(2));
+        let watermark = Arc::new(Watermark::default());
+        let answering = Fake::new(|_| caught_up_at(10_000));
+        let silent = Fake::new(|_| None);
+        let (_trigger, stop) = crate::run::shutdown::channel();
+        let _task = tokio::spawn(run_with(
+            Arc::clone(&watermark),
+            vec![Arc::clone(&answering), Arc::clone(&silent)],
+            interval,
+            stop,
+        ));
+        tokio::time::sleep(Duration::from_millis(5_000)).await;
+        // rounds at 0 s, 2 s and 4 s: each waits 2 s for the silent one, the next follows at
+        // once (late rounds are not bunched up to catch up)
+        assert_eq!((answering.asked(), silent.asked()), (3, 3));
+        assert_eq!(
+            watermark.get(),
+            0,
+            "a consumer that cannot be read could hold anything"
+        );
+    }
 }

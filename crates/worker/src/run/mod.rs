@@ -10,20 +10,21 @@
 //! The room: `args` (the flags) → `config` (the typed settings) → `validate` (the ones refused
 //! together), `duration` (human durations), `shutdown` (the one stop path), `private_dir` (the
 //! data directory, 0700), `redact` (what logs may show), `failpoints` (test crashes, feature
-//! `failpoints` only).
+//! `failpoints` only), `ready` (provisioning retried until the server is ready).
 
 pub(crate) mod args;
 pub(crate) mod config;
 pub(crate) mod duration;
 pub(crate) mod failpoints;
 pub(crate) mod private_dir;
+mod ready;
 pub(crate) mod redact;
 pub(crate) mod shutdown;
 mod validate;
 
 use crate::consume::watermark::Watermark;
 use crate::consume::ConsumeLoop;
-use crate::nats::provision::{self, ProvisionError};
+use crate::nats::provision;
 use crate::nats::subjects::Subjects;
 use crate::run::config::{Config, LogFormat};
 use crate::serve::http::Health;
@@ -31,7 +32,6 @@ use crate::serve::metrics::Metrics;
 use anyhow::Context as _;
 use assembler::Store;
 use async_nats::jetstream;
-use shutdown::Shutdown;
 use sink::jetstream::JetStream;
 use sink::relay::{Drained, Relay, RelayTask};
 use std::process::ExitCode;
@@ -108,48 +108,6 @@ async fn report_early_exit(
     }
 }
 
-/// Provisions, retrying transient failures until shutdown. While the client is not connected
-/// it waits for the connection instead of sending requests that can only time out.
-async fn provision_until_ready(
-    client: &async_nats::Client,
-    js: &jetstream::Context,
-    config: &Config,
-    subjects: &Subjects,
-    shutdown: &mut Shutdown,
-) -> anyhow::Result<Option<Vec<jetstream::consumer::PullConsumer>>> {
-    let mut backoff = Duration::from_millis(100);
-    let mut said_waiting = false;
-    loop {
-        if client.connection_state() != async_nats::connection::State::Connected {
-            if !said_waiting {
-                tracing::warn!(url = %config.nats_url, "waiting for the NATS server");
-                said_waiting = true;
-            }
-            tokio::select! {
-                _ = shutdown.wait() => return Ok(None),
-                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-            }
-            continue;
-        }
-        let attempt = tokio::select! {
-            _ = shutdown.wait() => return Ok(None),
-            attempt = provision::provision(js, config, subjects) => attempt,
-        };
-        match attempt {
-            Ok(consumers) => return Ok(Some(consumers)),
-            Err(ProvisionError::Fatal(e)) => return Err(e.context("provisioning JetStream")),
-            Err(ProvisionError::Transient(e)) => {
-                tracing::warn!(error = %format!("{e:#}"), "provisioning not possible yet; retrying");
-            }
-        }
-        tokio::select! {
-            _ = shutdown.wait() => return Ok(None),
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
-    }
-}
-
 /// The worker, from an effective configuration to a clean exit.
 pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let (trigger, mut shutdown) = shutdown::channel();
@@ -203,7 +161,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     tracing::info!(url = %config.nats_url, "NATS client started");
 
     let Some(consumers) =
-        provision_until_ready(&client, &js, &config, &subjects, &mut shutdown).await?
+        ready::provision_until_ready(&client, &js, &config, &subjects, &mut shutdown).await?
     else {
         tracing::info!("shutdown before provisioning finished");
         return Ok(ExitCode::SUCCESS);

@@ -1,4 +1,4 @@
-//! The query service (design.md, "Query API"): NATS request/reply through the async-nats
+//! The query service (docs/contracts.md, "Query API"): NATS request/reply through the async-nats
 //! service API, so it shows up in `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS` as service
 //! `toolstream` with the crate's version.
 //!

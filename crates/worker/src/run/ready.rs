@@ -1,0 +1,226 @@
+//! Waiting for the server at start: JetStream provisioning retried until it succeeds, fails for
+//! good, or shutdown is asked for ([`provision_until_ready`]). While the client is not connected
+//! it waits for the connection instead of sending requests that can only time out.
+
+use super::shutdown::Shutdown;
+use crate::nats::provision::{self, ProvisionError};
+use crate::nats::subjects::Subjects;
+use crate::run::config::Config;
+use async_nats::jetstream;
+use std::future::Future;
+use std::time::Duration;
+
+/// How often the connection state is looked at while the client is not connected.
+const CONNECTED_POLL: Duration = Duration::from_millis(50);
+/// First pause after a transient provisioning failure; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest pause between provisioning attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Provisions, retrying transient failures until shutdown (`Ok(None)`).
+pub(super) async fn provision_until_ready(
+    client: &async_nats::Client,
+    js: &jetstream::Context,
+    config: &Config,
+    subjects: &Subjects,
+    shutdown: &mut Shutdown,
+) -> anyhow::Result<Option<Vec<jetstream::consumer::PullConsumer>>> {
+    retry_until_ready(
+        || client.connection_state() == async_nats::connection::State::Connected,
+        || provision::provision(js, config, subjects),
+        &config.nats_url,
+        shutdown,
+    )
+    .await
+}
+
+/// [`provision_until_ready`] over any connection state and attempt: while `connected()` is
+/// false it looks again every [`CONNECTED_POLL`] (saying once that it waits for `url`); a
+/// transient failure is retried after a pause ([`FIRST_BACKOFF`] doubling up to
+/// [`MAX_BACKOFF`]); a fatal one is returned. `Ok(None)` once `shutdown` is asked for.
+async fn retry_until_ready<T, C, A, Fut>(
+    connected: C,
+    mut attempt: A,
+    url: &str,
+    shutdown: &mut Shutdown,
+) -> anyhow::Result<Option<T>>
+where
+    C: Fn() -> bool,
+    A: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ProvisionError>>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    let mut said_waiting = false;
+    loop {
+        if !connected() {
+            if !said_waiting {
+                tracing::warn!(url = %url, "waiting for the NATS server");
+                said_waiting = true;
+            }
+            tokio::select! {
+                _ = shutdown.wait() => return Ok(None),
+                _ = tokio::time::sleep(CONNECTED_POLL) => {}
+            }
+            continue;
+        }
+        let outcome = tokio::select! {
+            _ = shutdown.wait() => return Ok(None),
+            outcome = attempt() => outcome,
+        };
+        match outcome {
+            Ok(ready) => return Ok(Some(ready)),
+            Err(ProvisionError::Fatal(e)) => return Err(e.context("provisioning JetStream")),
+            Err(ProvisionError::Transient(e)) => {
+                tracing::warn!(error = %format!("{e:#}"), "provisioning not possible yet; retrying");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.wait() => return Ok(None),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::shutdown;
+    use std::cell::RefCell;
+    use tokio::time::Instant;
+
+    fn transient() -> ProvisionError {
+        ProvisionError::Transient(anyhow::anyhow!("no responders"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_are_retried_after_pauses_doubling_from_100ms_up_to_2s() {
+        let (_trigger, mut stop) = shutdown::channel();
+        let started = Instant::now();
+        let attempts = RefCell::new(Vec::new());
+        let ready = retry_until_ready(
+            || true,
+            || {
+                attempts.borrow_mut().push(started.elapsed());
+                let n = attempts.borrow().len();
+                async move {
+                    if n <= 7 {
+                        Err(transient())
+                    } else {
+                        Ok(n)
+                    }
+                }
+            },
+            "nats://test",
+            &mut stop,
+        )
+        .await
+        .expect("no fatal error");
+        assert_eq!(ready, Some(8), "the attempt that succeeds is the last one");
+        let at = attempts.into_inner();
+        let pauses: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        assert_eq!(pauses, [100, 200, 400, 800, 1600, 2000, 2000]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_sent_while_disconnected_and_the_first_attempt_follows_the_connection() {
+        let (_trigger, mut stop) = shutdown::channel();
+        let started = Instant::now();
+        let connected_at = Duration::from_millis(1_000);
+        let attempts = RefCell::new(Vec::new());
+        let ready = retry_until_ready(
+            || started.elapsed() >= connected_at,
+            || {
+                attempts.borrow_mut().push(started.elapsed());
+                async { Ok::<_, ProvisionError>(()) }
+            },
+            "nats://test",
+            &mut stop,
+        )
+        .await
+        .expect("no fatal error");
+        assert_eq!(ready, Some(()));
+        let at = attempts.into_inner();
+        assert_eq!(at.len(), 1, "no attempt while disconnected");
+        assert!(
+            at[0] >= connected_at && at[0] < connected_at + CONNECTED_POLL,
+            "the attempt follows the connection within one poll: {:?}",
+            at[0]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fatal_failure_ends_the_wait_at_once_saying_provisioning() {
+        let (_trigger, mut stop) = shutdown::channel();
+        let started = Instant::now();
+        let err = retry_until_ready(
+            || true,
+            || async { Err::<(), _>(ProvisionError::Fatal(anyhow::anyhow!("mismatch"))) },
+            "nats://test",
+            &mut stop,
+        )
+        .await
+        .expect_err("fatal");
+        assert!(
+            format!("{err:#}").contains("provisioning JetStream: mismatch"),
+            "{err:#}"
+        );
+        assert_eq!(started.elapsed(), Duration::ZERO, "no retry, no pause");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_ends_the_wait_in_a_pause_while_disconnected_and_during_a_hung_attempt() {
+        let after = Duration::from_millis(300);
+        // in a pause after a transient failure
+        let (trigger, mut stop) = shutdown::channel();
+        let started = Instant::now();
+        let (ready, ()) = tokio::join!(
+            retry_until_ready(
+                || true,
+                || async { Err::<(), _>(transient()) },
+                "u",
+                &mut stop
+            ),
+            async {
+                tokio::time::sleep(after).await;
+                trigger.trigger();
+            }
+        );
+        assert!(matches!(ready, Ok(None)));
+        assert_eq!(started.elapsed(), after);
+        // while disconnected
+        let (trigger, mut stop) = shutdown::channel();
+        let started = Instant::now();
+        let (ready, ()) = tokio::join!(
+            retry_until_ready(
+                || false,
+                || async { Ok::<(), ProvisionError>(()) },
+                "u",
+                &mut stop
+            ),
+            async {
+                tokio::time::sleep(after).await;
+                trigger.trigger();
+            }
+        );
+        assert!(matches!(ready, Ok(None)));
+        assert!(started.elapsed() < after + CONNECTED_POLL);
+        // during an attempt the server never answers
+        let (trigger, mut stop) = shutdown::channel();
+        let started = Instant::now();
+        let (ready, ()) = tokio::join!(
+            retry_until_ready(
+                || true,
+                std::future::pending::<Result<(), ProvisionError>>,
+                "u",
+                &mut stop
+            ),
+            async {
+                tokio::time::sleep(after).await;
+                trigger.trigger();
+            }
+        );
+        assert!(matches!(ready, Ok(None)));
+        assert_eq!(started.elapsed(), after);
+    }
+}
