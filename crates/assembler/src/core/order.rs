@@ -19,7 +19,8 @@
 //! redelivered older input never moves a stream's activity back (`max`), and a timer cannot
 //! run out while input from before its deadline is still on its way.
 
-use crate::input::Seq;
+use crate::input::{InputKind, Seq};
+use chunk_model::wire::DeadLetterCode;
 use chunk_model::Provider;
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +69,29 @@ pub enum Admission {
 }
 
 impl StreamState {
+    /// Why a chunk numbered unlike the chunks this stream already has (no `Toolstream-Seq`
+    /// in a numbered stream, or the reverse) cannot be placed: its dead-letter reason
+    /// (`missing_seq`, `unexpected_seq`), if so. Explicit ends (`has_control`) may come
+    /// unnumbered; results are matched by call id and may come either way.
+    pub fn numbered_unlike(&self, kind: InputKind, has_control: bool, seq: Seq) -> Option<String> {
+        if kind != InputKind::Chunk || has_control {
+            return None;
+        }
+        let numbered = self.next > 0 || self.parked > 0;
+        let unnumbered = self.last_transport.is_some();
+        match seq {
+            Seq::Transport(_) if numbered && !unnumbered => Some(
+                DeadLetterCode::MissingSeq
+                    .with("no Toolstream-Seq on a chunk of a stream whose chunks are numbered"),
+            ),
+            Seq::Producer(_) if unnumbered && !numbered => Some(
+                DeadLetterCode::UnexpectedSeq
+                    .with("a Toolstream-Seq on a chunk of a stream whose chunks are not numbered"),
+            ),
+            _ => None,
+        }
+    }
+
     /// Decides what to do with an input numbered `seq`.
     pub fn admit(&self, seq: Seq) -> Admission {
         match seq {
@@ -127,5 +151,48 @@ impl StreamState {
     /// Whether an open chunk stream has been idle too long at `now_ms`.
     pub fn idle_expired(&self, now_ms: u64, idle_timeout_ms: u64) -> bool {
         self.open && now_ms.saturating_sub(self.last_activity_ms) >= idle_timeout_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_numbered_unlike_its_stream_is_refused_with_its_code() {
+        let numbered = StreamState {
+            next: 2,
+            ..StreamState::default()
+        };
+        let unnumbered = StreamState {
+            last_transport: Some(7),
+            ..StreamState::default()
+        };
+        let code = |r: Option<String>| r.and_then(|r| DeadLetterCode::of(&r));
+        let chunk = InputKind::Chunk;
+        assert_eq!(
+            code(numbered.numbered_unlike(chunk, false, Seq::Transport(9))),
+            Some(DeadLetterCode::MissingSeq)
+        );
+        assert_eq!(
+            code(unnumbered.numbered_unlike(chunk, false, Seq::Producer(0))),
+            Some(DeadLetterCode::UnexpectedSeq)
+        );
+        // ends may come unnumbered, results either way, and a fresh stream takes both
+        assert_eq!(
+            numbered.numbered_unlike(chunk, true, Seq::Transport(9)),
+            None
+        );
+        assert_eq!(
+            numbered.numbered_unlike(InputKind::Result, false, Seq::Transport(9)),
+            None
+        );
+        let fresh = StreamState::default();
+        assert_eq!(fresh.numbered_unlike(chunk, false, Seq::Transport(1)), None);
+        assert_eq!(fresh.numbered_unlike(chunk, false, Seq::Producer(0)), None);
+        assert_eq!(
+            numbered.numbered_unlike(chunk, false, Seq::Producer(2)),
+            None
+        );
     }
 }

@@ -82,7 +82,8 @@ fn admit(
         );
     }
     if admission != Admission::Closed {
-        if let Some(reason) = numbered_unlike_its_stream(txn.stream(&skey)?, &item) {
+        let st = txn.stream(&skey)?;
+        if let Some(reason) = st.numbered_unlike(input.kind, input.control.is_some(), input.seq) {
             return lose(txn, &skey, &item, &reason, now);
         }
     }
@@ -203,28 +204,6 @@ fn lose(
         close_stream(txn, skey, item.conv, item.msg, Reason::LostChunk, now)?;
     }
     Ok(verdict)
-}
-
-/// A chunk numbered unlike the chunks its stream already has (a chunk without
-/// `Toolstream-Seq` in a numbered stream, or the reverse) cannot be placed: why, if so.
-/// Explicit ends (`Toolstream-Control`) may come unnumbered.
-fn numbered_unlike_its_stream(st: &core::StreamState, item: &Item<'_>) -> Option<String> {
-    if item.kind != InputKind::Chunk || item.control.is_some() {
-        return None;
-    }
-    let numbered = st.next > 0 || st.parked > 0;
-    let unnumbered = st.last_transport.is_some();
-    match item.seq {
-        Seq::Transport(_) if numbered && !unnumbered => Some(
-            DeadLetterCode::MissingSeq
-                .with("no Toolstream-Seq on a chunk of a stream whose chunks are numbered"),
-        ),
-        Seq::Producer(_) if unnumbered && !numbered => Some(
-            DeadLetterCode::UnexpectedSeq
-                .with("a Toolstream-Seq on a chunk of a stream whose chunks are not numbered"),
-        ),
-        _ => None,
-    }
 }
 
 /// Records the fingerprint of the input a producer number was taken by (applied or
