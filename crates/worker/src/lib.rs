@@ -9,8 +9,7 @@
 //!   - `cli/replay.rs` — `toolstream replay`: recorded streams through the real assembler on a
 //!     temporary sled store, events printed as JSON lines. No server needed;
 //!   - `cli/publish.rs` — `toolstream publish`: a recorded stream (or tool results) to JetStream
-//!     as a producer would send it; `cli/publish/msg_id.rs` — the one builder of unambiguous
-//!     `Nats-Msg-Id`s;
+//!     as a producer would send it, ids from `chunk_model::wire::msg_id`;
 //!   - `cli/tail.rs` — `toolstream tail`: events as JSON lines, live or from the start;
 //!   - `cli/client_args.rs` — the connection flags `publish` and `tail` share.
 //! - `run/` — `toolstream run`, the JetStream worker:
@@ -21,9 +20,10 @@
 //!   - `run/shutdown.rs` — the one stop path; `run/private_dir.rs` — the data directory,
 //!     created 0700; `run/redact.rs` — what logs may show of a reason;
 //!   - `run/failpoints.rs` — test crashes, compiled only with the feature `failpoints`.
-//! - `nats/` — talking to the server: `nats/connect.rs` (auth, TLS, reconnects),
-//!   `nats/provision.rs` (streams, consumers, checked never reconfigured), `nats/subjects.rs`
-//!   (every subject, and the parser of input subjects).
+//! - `nats/` — talking to the server: `nats/connect.rs` (auth, TLS, reconnects) and
+//!   `nats/provision.rs` (streams, consumers, checked never reconfigured). Subjects, header
+//!   names, `Nats-Msg-Id`s and dead-letter codes come from the wire contract,
+//!   `chunk_model::wire`.
 //! - `consume/` — fetch → apply → flush → ack:
 //!   - `consume/mod.rs` — [`consume::ConsumeLoop`]: the loop, pulling, ticking the timers;
 //!   - `consume/inputs.rs` — subject, headers and body into an assembler input;

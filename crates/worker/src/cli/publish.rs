@@ -1,7 +1,7 @@
-//! `toolstream publish`: sends a recorded provider stream (SSE, NDJSON or a JSON array, split by
-//! `chunk_model::framing`) or tool results to JetStream the way a producer should (docs/contracts.md,
-//! "Input"), each message confirmed by a PubAck. Ids: [`msg_id`] (one builder, format
-//! in its docs).
+//! `toolstream publish`: sends a recorded provider stream (SSE, NDJSON or a JSON array, split
+//! by `chunk_model::framing`) or tool results to JetStream the way a producer should
+//! (docs/contracts.md, "Input"), each message confirmed by a PubAck. Ids:
+//! `chunk_model::wire::msg_id` (one builder, format in its docs).
 //!
 //! **Chunks** go one per frame, byte for byte, to `<prefix>.chunks.<conv>.<msg>` with
 //! `Toolstream-Provider` and `Toolstream-Seq` numbered from `--seq-start` (default 0), so a
@@ -37,14 +37,13 @@
 //!
 //! Used by the quickstart, the tests and for manual debugging.
 
-pub mod msg_id;
-
 use anyhow::{bail, Context};
 use bytes::Bytes;
+use chunk_model::wire::msg_id::{msg_id, Input, ResultItem};
+use chunk_model::wire::{self, InputKind, Subjects};
 use chunk_model::{framing, Provider, ResultInput};
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
-use msg_id::{msg_id, Input, ResultItem};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -168,15 +167,16 @@ fn subject(args: &PublishArgs) -> anyhow::Result<String> {
         ("--conversation", &args.conversation),
         ("--message", &args.message),
     ] {
-        if token.is_empty() || token.contains(['.', '*', '>', ' ', '\t', '\r', '\n']) {
-            bail!("{what} {token:?} is not a valid subject token (no dots, spaces or wildcards)");
+        if let Err(e) = wire::check_token(token) {
+            bail!("{what} {token:?} is not a valid subject token: it {e}");
         }
     }
-    let kind = if args.results { "results" } else { "chunks" };
-    Ok(format!(
-        "{}.{kind}.{}.{}",
-        args.client.subject_prefix, args.conversation, args.message
-    ))
+    let kind = if args.results {
+        InputKind::Result
+    } else {
+        InputKind::Chunk
+    };
+    Ok(Subjects::new(&args.client.subject_prefix).input(kind, &args.conversation, &args.message))
 }
 
 /// Reads the recording and returns its frames' bodies.
@@ -220,7 +220,7 @@ fn messages(args: &PublishArgs, frames: Vec<Vec<u8>>) -> anyhow::Result<Vec<Outg
     let provider = provider(args, &frames)?;
     let provider_header = |headers: &mut Vec<(&'static str, String)>| {
         if let Some(p) = provider {
-            headers.push(("Toolstream-Provider", p.as_str().to_string()));
+            headers.push((wire::headers::PROVIDER, p.as_str().to_string()));
         }
     };
     let mut out = Vec::with_capacity(frames.len() + 1);
@@ -268,7 +268,7 @@ fn messages(args: &PublishArgs, frames: Vec<Vec<u8>>) -> anyhow::Result<Vec<Outg
     for body in frames {
         let mut headers = Vec::new();
         provider_header(&mut headers);
-        headers.push(("Toolstream-Seq", seq.to_string()));
+        headers.push((wire::headers::SEQ, seq.to_string()));
         out.push(Outgoing {
             label: format!("seq {seq}"),
             id: msg_id(conv, msg, Input::Chunk(seq)),
@@ -280,8 +280,11 @@ fn messages(args: &PublishArgs, frames: Vec<Vec<u8>>) -> anyhow::Result<Vec<Outg
     if args.end {
         let mut headers = Vec::new();
         provider_header(&mut headers);
-        headers.push(("Toolstream-Seq", seq.to_string()));
-        headers.push(("Toolstream-Control", "end".to_string()));
+        headers.push((wire::headers::SEQ, seq.to_string()));
+        headers.push((
+            wire::headers::CONTROL,
+            wire::headers::CONTROL_END.to_string(),
+        ));
         out.push(Outgoing {
             label: format!("end (seq {seq})"),
             id: msg_id(conv, msg, Input::End(seq)),
@@ -307,7 +310,7 @@ async fn run(
         for (name, value) in &m.headers {
             headers.insert(*name, value.as_str());
         }
-        headers.insert("Nats-Msg-Id", m.id.as_str());
+        headers.insert(wire::headers::MSG_ID, m.id.as_str());
         let ack = js
             .publish_with_headers(subject.to_string(), headers, Bytes::from(m.body))
             .await

@@ -50,9 +50,9 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         Some(name) => Some(name.parse::<Provider>()?),
         None => None,
     };
-    if !is_token(&args.conversation) {
+    if let Err(e) = chunk_model::wire::check_token(&args.conversation) {
         bail!(
-            "--conversation {:?} is not a valid subject token (no spaces, dots, '*' or '>')",
+            "--conversation {:?} is not a valid subject token: it {e}",
             args.conversation
         );
     }
@@ -346,13 +346,6 @@ fn distinct(base: &str, taken: impl Fn(&str) -> bool) -> String {
         .unwrap_or_else(|| base.to_string())
 }
 
-/// Whether `s` is usable as one NATS subject token.
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars()
-            .all(|c| !c.is_whitespace() && c != '.' && c != '*' && c != '>')
-}
-
 /// The file name without its extension as a message id: characters that cannot stand in a
 /// subject token become `_`.
 fn message_token(path: &Path) -> String {
@@ -360,26 +353,13 @@ fn message_token(path: &Path) -> String {
         .file_stem()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "message".to_string());
-    let token: String = name
-        .chars()
-        .map(|c| {
-            if c.is_whitespace() || c == '.' || c == '*' || c == '>' {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect();
-    if token.is_empty() {
-        "message".to_string()
-    } else {
-        token
-    }
+    chunk_model::wire::tokens::sanitize_token(&name, "message")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chunk_model::wire::is_token;
 
     #[test]
     fn file_names_become_subject_tokens() {

@@ -89,14 +89,15 @@ pub fn main(args: TailArgs) -> anyhow::Result<ExitCode> {
 
 /// The filter subject: `<prefix>.events.<conv or *>.>`.
 fn filter(args: &TailArgs) -> anyhow::Result<String> {
-    let conv = match &args.conversation {
-        Some(c) if c.is_empty() || c.contains(['.', '*', '>', ' ']) => {
-            bail!("--conversation {c:?} is not a valid subject token")
+    if let Some(c) = &args.conversation {
+        if let Err(e) = chunk_model::wire::check_token(c) {
+            bail!("--conversation {c:?} is not a valid subject token: it {e}");
         }
-        Some(c) => c.as_str(),
-        None => "*",
-    };
-    Ok(format!("{}.events.{conv}.>", args.client.subject_prefix))
+    }
+    Ok(
+        chunk_model::wire::Subjects::new(&args.client.subject_prefix)
+            .events_filter(args.conversation.as_deref()),
+    )
 }
 
 /// A source of event payloads: live subscription or ordered consumer.

@@ -3,6 +3,7 @@
 
 use super::inputs::OwnedInput;
 use assembler::{Applied, Store, StoreError};
+use sink::backoff::Backoff;
 use std::time::{Duration, Instant};
 
 /// What one blocking apply step did.
@@ -17,6 +18,9 @@ pub(super) struct BatchResult {
 /// is nak'd).
 pub(super) const APPLY_ATTEMPTS: u32 = 5;
 
+/// Pauses between those attempts (the thread blocks: this runs on the blocking pool).
+const RETRY_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(160));
+
 /// Applies one input, retrying a storage error in place a few times (20, 40, 80, 160 ms).
 ///
 /// Retrying here rather than nak'ing keeps the stream's order: a nak'd chunk is redelivered
@@ -26,7 +30,7 @@ pub(super) const APPLY_ATTEMPTS: u32 = 5;
 pub(super) fn apply_with_retry(store: &Store, owned: &OwnedInput) -> Result<Applied, StoreError> {
     #[cfg(feature = "failpoints")]
     crate::run::failpoints::abort_on_body(&owned.body);
-    let mut delay = Duration::from_millis(20);
+    let mut delay = RETRY_BACKOFF;
     let mut attempt = 1;
     let input = owned.as_input();
     let now = owned.published_ms;
@@ -38,8 +42,7 @@ pub(super) fn apply_with_retry(store: &Store, owned: &OwnedInput) -> Result<Appl
         match outcome {
             Err(e) if attempt < APPLY_ATTEMPTS => {
                 tracing::warn!(error = %e, attempt, "storage error; retrying the same input");
-                std::thread::sleep(delay);
-                delay *= 2;
+                std::thread::sleep(delay.next_pause());
                 attempt += 1;
             }
             outcome => return outcome,

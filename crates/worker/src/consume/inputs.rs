@@ -1,24 +1,12 @@
 //! Subject, headers and body of one delivered message into an assembler input ([`OwnedInput`]),
 //! or the reason it must go straight to the dead-letter subject ([`Rejected`]). Pure: no I/O.
 
-use crate::nats::subjects::Subjects;
 use assembler::{Control, Input, InputKind, Origin, Seq};
 use async_nats::HeaderMap;
 use bytes::Bytes;
+use chunk_model::wire::Subjects;
+use chunk_model::wire::{headers, DeadLetterCode};
 use chunk_model::Provider;
-
-/// Header naming the provider format of a chunk stream.
-pub const HEADER_PROVIDER: &str = "Toolstream-Provider";
-/// Header carrying the producer's 0-based chunk number.
-pub const HEADER_SEQ: &str = "Toolstream-Seq";
-/// Header carrying an explicit end of stream: `end` or `error`.
-pub const HEADER_CONTROL: &str = "Toolstream-Control";
-/// Dead-letter header: why.
-pub const HEADER_REASON: &str = "Toolstream-Reason";
-/// Dead-letter header: the subject the input arrived on (same name as the store's dead letters).
-pub const HEADER_ORIGINAL_SUBJECT: &str = "Toolstream-Subject";
-/// Dead-letter header: the input stream sequence of the input.
-pub const HEADER_ORIGINAL_SEQ: &str = "Toolstream-Stream-Seq";
 
 /// One input message, owned, ready to be lent to [`Store::apply`] as an [`Input`].
 #[derive(Debug, Clone)]
@@ -98,35 +86,36 @@ pub fn parse_message(
 ) -> Result<OwnedInput, Rejected> {
     let parsed = subjects.parse_input(subject).map_err(|e| Rejected {
         dlq_subject: subjects.dlq_unroutable(),
-        reason: format!("unroutable_subject: {e}"),
+        reason: DeadLetterCode::UnroutableSubject.with(e),
     })?;
     let mut rejected = None;
-    let provider = match header(headers, HEADER_PROVIDER).map(str::trim) {
+    let provider = match header(headers, headers::PROVIDER).map(str::trim) {
         None | Some("") => None,
         Some(name) => {
             let known = Provider::parse(name);
             if known.is_none() {
-                rejected = Some(format!("unknown_provider: {name:?}"));
+                rejected = Some(DeadLetterCode::UnknownProvider.with(format_args!("{name:?}")));
             }
             known
         }
     };
-    let seq = match header(headers, HEADER_SEQ).map(str::trim) {
+    let seq = match header(headers, headers::SEQ).map(str::trim) {
         None | Some("") => Seq::Transport(stream_seq),
         Some(text) => match text.parse::<u64>() {
             Ok(n) => Seq::Producer(n),
             Err(_) => {
-                rejected.get_or_insert(format!(
-                    "bad_seq: {HEADER_SEQ} {text:?} is not a non-negative integer"
-                ));
+                rejected.get_or_insert(DeadLetterCode::BadSeq.with(format_args!(
+                    "{} {text:?} is not a non-negative integer",
+                    headers::SEQ
+                )));
                 Seq::Transport(stream_seq)
             }
         },
     };
-    let control = match header(headers, HEADER_CONTROL).map(str::trim) {
+    let control = match header(headers, headers::CONTROL).map(str::trim) {
         None | Some("") => None,
-        Some(c) if c.eq_ignore_ascii_case("end") => Some(Control::End),
-        Some(c) if c.eq_ignore_ascii_case("error") => {
+        Some(c) if c.eq_ignore_ascii_case(headers::CONTROL_END) => Some(Control::End),
+        Some(c) if c.eq_ignore_ascii_case(headers::CONTROL_ERROR) => {
             let reason = String::from_utf8_lossy(body).trim().to_string();
             Some(Control::Error(if reason.is_empty() {
                 "producer_error".to_string()
@@ -135,9 +124,12 @@ pub fn parse_message(
             }))
         }
         Some(other) => {
-            rejected.get_or_insert(format!(
-                "bad_control: {HEADER_CONTROL} {other:?} (expected end or error)"
-            ));
+            rejected.get_or_insert(DeadLetterCode::BadControl.with(format_args!(
+                "{} {other:?} (expected {} or {})",
+                headers::CONTROL,
+                headers::CONTROL_END,
+                headers::CONTROL_ERROR
+            )));
             None
         }
     };

@@ -30,7 +30,6 @@ mod testing;
 pub(crate) mod watermark;
 
 use crate::consume::watermark::Watermark;
-use crate::nats::subjects::Subjects;
 use crate::run::config::ConsumerConfig;
 use crate::run::shutdown::Shutdown;
 use crate::serve::metrics::Metrics;
@@ -38,9 +37,11 @@ use assembler::{Store, StoreError};
 use async_nats::jetstream::consumer::pull::MessagesError;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{self, AckKind};
+use chunk_model::wire::Subjects;
 use futures::stream::{BoxStream, SelectAll};
 use futures::{FutureExt, StreamExt};
 use settle::StoreFailures;
+use sink::backoff::Backoff;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -197,20 +198,17 @@ impl ConsumeLoop {
     }
 }
 
-/// First pause after a failed attempt to start pulling; it doubles up to [`OPEN_MAX_BACKOFF`].
-const OPEN_FIRST_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest pause between attempts to start pulling.
-const OPEN_MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Pauses between attempts to start pulling: 100 ms doubling up to 5 s.
+const OPEN_BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
 
-/// Calls `open` until it succeeds, pausing after each failure ([`OPEN_FIRST_BACKOFF`] doubling
-/// up to [`OPEN_MAX_BACKOFF`]); `None` once `shutdown` is asked for (checked before every
-/// attempt and during every pause).
+/// Calls `open` until it succeeds, pausing after each failure ([`OPEN_BACKOFF`]); `None` once
+/// `shutdown` is asked for (checked before every attempt and during every pause).
 async fn open_with_backoff<T, F, Fut>(mut open: F, shutdown: &mut Shutdown) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<T>>,
 {
-    let mut backoff = OPEN_FIRST_BACKOFF;
+    let mut backoff = OPEN_BACKOFF;
     loop {
         if shutdown.is_triggered() {
             return None;
@@ -221,9 +219,8 @@ where
                 tracing::warn!(error = %e, "cannot start pulling messages; retrying");
                 tokio::select! {
                     _ = shutdown.wait() => return None,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = backoff.sleep() => {}
                 }
-                backoff = (backoff * 2).min(OPEN_MAX_BACKOFF);
             }
         }
     }

@@ -4,13 +4,13 @@
 use super::watermark::{now_ms, Settled, Watermark};
 use super::ConsumeLoop;
 use crate::nats::provision;
-use crate::nats::subjects::Subjects;
 use crate::run::config::Config;
 use crate::run::duration::HumanDuration;
 use crate::run::shutdown::{self, Trigger};
 use crate::serve::metrics::Metrics;
 use assembler::Store;
 use async_nats::jetstream::{self, consumer::PullConsumer};
+use chunk_model::wire::Subjects;
 use chunk_model::MessageStatus;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

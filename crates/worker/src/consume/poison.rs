@@ -5,6 +5,7 @@
 use super::apply::{apply_with_retry, BatchResult};
 use super::inputs::OwnedInput;
 use assembler::Store;
+use chunk_model::wire::DeadLetterCode;
 use std::time::Instant;
 
 /// Applies one input that was delivered before, alone, behind a durable note (see
@@ -16,8 +17,9 @@ pub(super) fn apply_alone(store: &Store, input: &OwnedInput, give_up_after: u32)
     let outcome = match store.begin_attempt(seq) {
         Err(e) => Err(e),
         Ok(stops) if stops >= give_up_after => {
-            let reason =
-                format!("poison: the worker stopped {stops} times while applying this input alone");
+            let reason = DeadLetterCode::Poison.with(format_args!(
+                "the worker stopped {stops} times while applying this input alone"
+            ));
             store.reject(&input.as_input(), &reason, input.published_ms)
         }
         Ok(_) => apply_with_retry(store, input),

@@ -2,14 +2,13 @@
 //! counted per input before it is given up on ([`give_up_on_storage`]), and the straight
 //! dead letter of a message that cannot be attributed ([`ConsumeLoop::dead_letter_now`]).
 
-use super::inputs::{
-    OwnedInput, Rejected, HEADER_ORIGINAL_SEQ, HEADER_ORIGINAL_SUBJECT, HEADER_REASON,
-};
+use super::inputs::{OwnedInput, Rejected};
 use super::ConsumeLoop;
 use crate::serve::metrics::Metrics;
 use assembler::{Applied, Store, StoreError};
 use async_nats::jetstream::{self, message::PublishMessage};
 use async_nats::HeaderMap;
+use chunk_model::wire::{self, headers, DeadLetterCode};
 
 /// What happens to one delivered message, decided once.
 #[must_use]
@@ -60,7 +59,8 @@ impl StoreFailures {
 /// durable, `Ack` when the input turns out to be applied already (a failed flush kept it),
 /// `NakDelay` while the store still fails: then it is tried again later, never dropped.
 pub(super) fn give_up_on_storage(store: &Store, input: &OwnedInput, failures: u32) -> Disposition {
-    let reason = format!("store_error: not stored after {failures} attempts");
+    let reason =
+        DeadLetterCode::StoreError.with(format_args!("not stored after {failures} attempts"));
     let outcome = store.reject(&input.as_input(), &reason, input.published_ms);
     match (outcome, store.flush()) {
         (Ok(Applied::DeadLettered { .. }), Ok(())) => Disposition::Term,
@@ -87,11 +87,11 @@ impl ConsumeLoop {
         rejected: &Rejected,
     ) -> Disposition {
         let stream_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-        let msg_id = format!("dlq:in:{stream_seq}");
+        let msg_id = wire::msg_id::input_dead_letter(stream_seq);
         let fields = vec![
-            (HEADER_REASON.to_string(), rejected.reason.clone()),
-            (HEADER_ORIGINAL_SUBJECT.to_string(), msg.subject.to_string()),
-            (HEADER_ORIGINAL_SEQ.to_string(), stream_seq.to_string()),
+            (headers::REASON.to_string(), rejected.reason.clone()),
+            (headers::SUBJECT.to_string(), msg.subject.to_string()),
+            (headers::STREAM_SEQ.to_string(), stream_seq.to_string()),
         ];
         // the bucket is provisioned at start; this only opens it, and only for a body too large
         let payloads = sink::payloads::Payloads::open(self.js.clone(), sink::payloads::BUCKET);

@@ -1,11 +1,12 @@
 //! Test helpers shared by the consume room's unit tests: a storage whose commits fail on
 //! demand ([`flaky_store`]) and a chunk input ([`chunk_input`]).
 
-use super::inputs::{parse_message, OwnedInput, HEADER_PROVIDER};
-use crate::nats::subjects::Subjects;
+use super::inputs::{parse_message, OwnedInput};
 use assembler::{Store, StoreError};
 use async_nats::HeaderMap;
 use bytes::Bytes;
+use chunk_model::wire::headers;
+use chunk_model::wire::Subjects;
 
 /// The default subject names.
 pub(crate) fn subjects() -> Subjects {
@@ -76,7 +77,7 @@ pub(crate) fn chunk_input(seq: u64) -> OwnedInput {
         br#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":""}}]}}]}"#,
     );
     let mut h = HeaderMap::new();
-    h.insert(HEADER_PROVIDER, "openai-chat");
+    h.insert(headers::PROVIDER, "openai-chat");
     parse_message(
         &subjects(),
         "toolstream.chunks.c.m",

@@ -1,6 +1,5 @@
-//! Talking to the NATS server: the connection ([`connect`]), JetStream provisioning
-//! ([`provision`]) and every subject the worker uses ([`subjects`]).
+//! Talking to the NATS server: the connection ([`connect`]) and JetStream provisioning
+//! ([`provision`]). Every subject comes from `chunk_model::wire::Subjects`.
 
 pub(crate) mod connect;
 pub(crate) mod provision;
-pub(crate) mod subjects;

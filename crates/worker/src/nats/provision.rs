@@ -8,7 +8,6 @@
 //!
 //! Only nats-server 2.9 features are used (one filter subject per consumer, no metadata).
 
-use crate::nats::subjects::Subjects;
 use crate::run::config::Config;
 use async_nats::jetstream::consumer::{self, pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::context::{
@@ -17,6 +16,7 @@ use async_nats::jetstream::context::{
 use async_nats::jetstream::stream::{self, ConsumerErrorKind, RetentionPolicy, StorageType};
 use async_nats::jetstream::Context;
 use async_nats::jetstream::ErrorCode;
+use chunk_model::wire::Subjects;
 use std::collections::BTreeSet;
 use std::fmt;
 

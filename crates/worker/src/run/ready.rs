@@ -4,18 +4,17 @@
 
 use super::shutdown::Shutdown;
 use crate::nats::provision::{self, ProvisionError};
-use crate::nats::subjects::Subjects;
 use crate::run::config::Config;
 use async_nats::jetstream;
+use chunk_model::wire::Subjects;
+use sink::backoff::Backoff;
 use std::future::Future;
 use std::time::Duration;
 
 /// How often the connection state is looked at while the client is not connected.
 const CONNECTED_POLL: Duration = Duration::from_millis(50);
-/// First pause after a transient provisioning failure; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest pause between provisioning attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Pauses after transient provisioning failures: 100 ms doubling up to 2 s.
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
 
 /// Provisions, retrying transient failures until shutdown (`Ok(None)`).
 pub(super) async fn provision_until_ready(
@@ -36,8 +35,7 @@ pub(super) async fn provision_until_ready(
 
 /// [`provision_until_ready`] over any connection state and attempt: while `connected()` is
 /// false it looks again every [`CONNECTED_POLL`] (saying once that it waits for `url`); a
-/// transient failure is retried after a pause ([`FIRST_BACKOFF`] doubling up to
-/// [`MAX_BACKOFF`]); a fatal one is returned. `Ok(None)` once `shutdown` is asked for.
+/// transient failure is retried after a pause ([`BACKOFF`]); a fatal one is returned. `Ok(None)` once `shutdown` is asked for.
 async fn retry_until_ready<T, C, A, Fut>(
     connected: C,
     mut attempt: A,
@@ -49,7 +47,7 @@ where
     A: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ProvisionError>>,
 {
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = BACKOFF;
     let mut said_waiting = false;
     loop {
         if !connected() {
@@ -76,9 +74,8 @@ where
         }
         tokio::select! {
             _ = shutdown.wait() => return Ok(None),
-            _ = tokio::time::sleep(backoff) => {}
+            _ = backoff.sleep() => {}
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

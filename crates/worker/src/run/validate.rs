@@ -3,6 +3,7 @@
 
 use super::config::Config;
 use anyhow::bail;
+use chunk_model::wire::check_prefix;
 use std::time::Duration;
 
 impl Config {
@@ -79,9 +80,9 @@ impl Config {
             }
         }
         validate_prefix(&self.subject_prefix)?;
-        if !is_subject(&self.inbox_prefix) {
+        if let Err(e) = check_prefix(&self.inbox_prefix) {
             bail!(
-                "inbox_prefix {:?} must be one or more non-empty subject tokens without wildcards or spaces",
+                "inbox_prefix {:?} must be one or more subject tokens: a token {e}",
                 self.inbox_prefix
             );
         }
@@ -119,17 +120,10 @@ impl Config {
     }
 }
 
-/// One or more non-empty subject tokens without wildcards, spaces or control characters.
-fn is_subject(prefix: &str) -> bool {
-    !prefix.is_empty()
-        && !prefix.split('.').any(|t| {
-            t.is_empty() || t.contains(['*', '>', ' ', '\t']) || t.chars().any(char::is_control)
-        })
-}
-
+/// The subject prefix: one or more subject tokens (`chunk_model::wire::tokens`' rule).
 fn validate_prefix(prefix: &str) -> anyhow::Result<()> {
-    if !is_subject(prefix) {
-        bail!("subject_prefix {prefix:?} must be one or more non-empty subject tokens without wildcards or spaces");
+    if let Err(e) = check_prefix(prefix) {
+        bail!("subject_prefix {prefix:?} must be one or more subject tokens: a token {e}");
     }
     Ok(())
 }

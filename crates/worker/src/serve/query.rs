@@ -32,6 +32,7 @@ use async_nats::service::ServiceExt;
 use bytes::Bytes;
 use chunk_model::encode::HistoryFormat;
 use chunk_model::history::{self, HistoryOptions, HistoryRequest, RenderedHistory};
+use chunk_model::wire::Subjects;
 use chunk_model::MessageSnapshot;
 use futures::StreamExt;
 use std::sync::Arc;
@@ -50,11 +51,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// (deploy/nats-server.conf), so each query reaches the one worker whose store holds the
 /// conversation.
 pub fn query_prefix(subject_prefix: &str, partitions: u32, partition: u32) -> String {
-    if partitions > 1 {
-        format!("{subject_prefix}.p.{partition}")
-    } else {
-        subject_prefix.to_string()
-    }
+    Subjects::new(subject_prefix).query_prefix(partitions, partition)
 }
 
 /// Why a query could not be answered. Each maps to a service error code.
@@ -133,8 +130,8 @@ pub async fn serve(
         .start(SERVICE_NAME, env!("CARGO_PKG_VERSION"))
         .await
         .map_err(|e| anyhow::anyhow!("registering the query service: {e}"))?;
-    let message_subject = format!("{prefix}.query.message.*.*");
-    let history_subject = format!("{prefix}.query.history.*");
+    let message_subject = Subjects::new(&prefix).query_message_endpoint();
+    let history_subject = Subjects::new(&prefix).query_history_endpoint();
     let mut messages = service
         .endpoint_builder()
         .name("message")
@@ -273,28 +270,18 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<Bytes, QueryError> {
 
 /// `<prefix>.query.message.<conv>.<msg>` → `(conv, msg)`.
 fn parse_message_subject(prefix: &str, subject: &str) -> Result<(String, String), QueryError> {
-    let rest = subject
-        .strip_prefix(prefix)
-        .and_then(|r| r.strip_prefix(".query.message."))
-        .ok_or_else(|| QueryError::BadSubject(subject.to_string()))?;
-    match rest.split('.').collect::<Vec<_>>().as_slice() {
-        [conv, msg] if !conv.is_empty() && !msg.is_empty() => {
-            Ok((conv.to_string(), msg.to_string()))
-        }
-        _ => Err(QueryError::BadSubject(subject.to_string())),
-    }
+    Subjects::new(prefix)
+        .parse_query_message(subject)
+        .map(|(conv, msg)| (conv.to_string(), msg.to_string()))
+        .map_err(|_| QueryError::BadSubject(subject.to_string()))
 }
 
 /// `<prefix>.query.history.<conv>` → `conv`.
 fn parse_history_subject(prefix: &str, subject: &str) -> Result<String, QueryError> {
-    let conv = subject
-        .strip_prefix(prefix)
-        .and_then(|r| r.strip_prefix(".query.history."))
-        .ok_or_else(|| QueryError::BadSubject(subject.to_string()))?;
-    if conv.is_empty() || conv.contains('.') {
-        return Err(QueryError::BadSubject(subject.to_string()));
-    }
-    Ok(conv.to_string())
+    Subjects::new(prefix)
+        .parse_query_history(subject)
+        .map(str::to_string)
+        .map_err(|_| QueryError::BadSubject(subject.to_string()))
 }
 
 /// Parses a history request body: empty = defaults with target `openai-chat`; `target` may
