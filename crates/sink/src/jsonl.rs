@@ -70,3 +70,55 @@ pub fn drain<O: Outbox + ?Sized>(outbox: &O, out: &mut impl Write) -> Result<Dra
         outbox.remove(&keys)?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{event_row, FakeOutbox, Log, Step};
+
+    #[test]
+    fn events_become_lines_dead_letters_are_reported_and_every_row_leaves() {
+        let log = Log::default();
+        let outbox = FakeOutbox::new(&log);
+        outbox.add(event_row(1, br#"{"a":1}"#));
+        let mut dead = event_row(2, b"garbage");
+        dead.kind = OutboxKind::DeadLetter;
+        dead.headers = vec![(headers::REASON.into(), "decode_error: bad".into())];
+        outbox.add(dead);
+        outbox.add(event_row(3, br#"{"b":2}"#));
+        let mut out = Vec::new();
+
+        let drained = drain(&*outbox, &mut out).unwrap();
+
+        assert_eq!(out, b"{\"a\":1}\n{\"b\":2}\n");
+        assert_eq!(drained.events, 2);
+        assert_eq!(drained.dead_letters, ["decode_error: bad: garbage"]);
+        assert!(outbox.keys().is_empty());
+    }
+
+    /// A writer whose flush fails: nothing it was given counts as delivered.
+    struct Broken;
+    impl Write for Broken {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::Error::other("disk full"))
+        }
+    }
+
+    #[test]
+    fn a_failed_write_keeps_every_row() {
+        let log = Log::default();
+        let outbox = FakeOutbox::new(&log);
+        outbox.add(event_row(1, b"{}"));
+        outbox.add(event_row(2, b"{}"));
+
+        assert!(matches!(
+            drain(&*outbox, &mut Broken),
+            Err(JsonlError::Io(_))
+        ));
+        assert_eq!(outbox.keys(), [1, 2]);
+        assert!(!log.steps().iter().any(|s| matches!(s, Step::Removed(_))));
+    }
+}

@@ -1,4 +1,4 @@
-//! [`Publisher`]: the seam between the relay ([`crate::round`], [`crate::relay`]) and
+//! [`Publisher`]: the seam between the relay ([`crate::relay`]: its rounds and its loop) and
 //! JetStream. The relay decides what goes out, in which order, and which outbox rows may be
 //! deleted; a publisher only sends one message and hands back the future of its PubAck.
 //! [`crate::jetstream::JetStream`] is the real one; the relay's tests use a fake.

@@ -10,7 +10,7 @@
 //! loses nothing, and the stream's duplicate window keeps a re-publish from showing twice.
 //!
 //! A row larger than the server's `max_payload` never blocks the rows behind it
-//! ([`oversize`]): an event goes out in its small form with `payload_ref`, a dead letter with
+//! (`oversize.rs`): an event goes out in its small form with `payload_ref`, a dead letter with
 //! its body cut, anything else as a small `event_too_large` dead letter.
 //!
 //! [`RelayTask`] (`task.rs`) is the loop around rounds: wake-ups, capped backoff, the bounded
