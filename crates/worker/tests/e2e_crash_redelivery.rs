@@ -21,6 +21,8 @@ use toolstream_testkit::harness;
 
 const GAP_TIMEOUT_MS: &str = "300";
 const ACK_WAIT: &str = "6s";
+/// The worker of the two gap tests.
+const GAP_FLAGS: [&str; 4] = ["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT];
 
 fn calls() -> Vec<Call> {
     vec![Call {
@@ -80,11 +82,7 @@ fn events_of(log: &StreamLog, msg: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
-    let mut e2e = E2e::start(
-        toolstream_bin(),
-        &["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT],
-    )
-    .await;
+    let mut e2e = E2e::start(toolstream_bin(), &GAP_FLAGS).await;
     let (worker, js, producer) = e2e.parts();
     let chunks = openai_chat_stream(&calls());
     assert!(chunks.len() > 10, "a long enough stream");
@@ -143,11 +141,7 @@ async fn a_chunk_held_by_a_killed_worker_does_not_end_its_stream_gap() {
 /// ends the stream `gap`, on time, so waiting for redeliveries does not wait forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_that_was_never_published_still_ends_the_stream_gap() {
-    let mut e2e = E2e::start(
-        toolstream_bin(),
-        &["--gap-timeout-ms", GAP_TIMEOUT_MS, "--ack-wait", ACK_WAIT],
-    )
-    .await;
+    let mut e2e = E2e::start(toolstream_bin(), &GAP_FLAGS).await;
     let (worker, js, producer) = e2e.parts();
     let chunks = openai_chat_stream(&calls());
     for (seq, body) in chunks.iter().enumerate() {
