@@ -7,7 +7,8 @@
 //!   query body [`HistoryRequest`].
 //! - [`plan`] — the rules: what is sent as a tool call, placeholders, orphans, cut calls.
 //! - [`truncate`] — result truncation on a character boundary with `... [truncated]`.
-//! - [`window`] — keeping the last N messages without separating a call from its results.
+//! - [`window`] — keeping the last N messages without separating a call from its results, even
+//!   where merged messages hold several turns.
 //! - [`tokens`] — the token estimate of exactly the returned payload.
 //!
 //! The id mapping ([`crate::encode::ids`]) is keyed by (turn, stored id), so a call and its
@@ -78,7 +79,7 @@ pub fn render(
         }),
     );
 
-    let mut tagged: Vec<(usize, Value)> = Vec::new();
+    let mut tagged: Vec<(std::ops::RangeInclusive<usize>, Value)> = Vec::new();
     for block in &plan.blocks {
         let turn = block.turn();
         let messages = match block {
@@ -110,9 +111,11 @@ pub fn render(
             }
             Block::Text { role, text, .. } => vec![encode_text(target, *role, text)],
         };
-        tagged.extend(messages.into_iter().map(|m| (turn, m)));
+        tagged.extend(messages.into_iter().map(|m| (turn..=turn, m)));
     }
 
+    // Merge first (the window counts messages as finally rendered), each merged message
+    // tagged with every turn it holds, so the window never cuts inside a merged turn.
     let merged = merge_roles_tagged(target, tagged);
     let kept = window::last(merged, options.window);
     let messages: Vec<Value> = kept.into_iter().map(|(_, m)| m).collect();

@@ -33,6 +33,7 @@ use crate::snapshot::MessageSnapshot;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::str::FromStr;
 
 /// Metadata key of Gemini's `thoughtSignature` (a string), kept on the call.
@@ -263,19 +264,21 @@ pub fn encode_text(format: HistoryFormat, role: Role, text: &str) -> Value {
 /// Merges consecutive messages of the same role into one (content arrays / parts concatenated)
 /// for formats that need it ([`HistoryFormat::merges_roles`]); other formats pass unchanged.
 pub fn merge_roles(format: HistoryFormat, messages: Vec<Value>) -> Vec<Value> {
-    let tagged = messages.into_iter().map(|m| (0, m)).collect();
+    let tagged = messages.into_iter().map(|m| (0..=0, m)).collect();
     merge_roles_tagged(format, tagged)
         .into_iter()
         .map(|(_, m)| m)
         .collect()
 }
 
-/// [`merge_roles`] over messages tagged with their turn; a merged message keeps the later
-/// (larger) tag, so that a message holding a turn's calls is tagged with that turn.
+/// [`merge_roles`] over messages tagged with the turns they render; a merged message covers
+/// every turn of the messages merged into it (from the first one's first turn to the last
+/// one's last), so a window cut at it keeps every turn it holds
+/// ([`crate::history::window::last`]).
 pub fn merge_roles_tagged(
     format: HistoryFormat,
-    messages: Vec<(usize, Value)>,
-) -> Vec<(usize, Value)> {
+    messages: Vec<(RangeInclusive<usize>, Value)>,
+) -> Vec<(RangeInclusive<usize>, Value)> {
     if !format.merges_roles() {
         return messages;
     }
@@ -284,20 +287,21 @@ pub fn merge_roles_tagged(
     } else {
         "content"
     };
-    let mut out: Vec<(usize, Value)> = Vec::with_capacity(messages.len());
-    for (tag, msg) in messages {
-        if let Some((prev_tag, prev)) = out.last_mut() {
+    let mut out: Vec<(RangeInclusive<usize>, Value)> = Vec::with_capacity(messages.len());
+    for (turns, msg) in messages {
+        if let Some((prev_turns, prev)) = out.last_mut() {
             if prev.get("role").is_some() && prev.get("role") == msg.get("role") {
                 let extra = msg.get(list_key).and_then(Value::as_array).cloned();
                 let target = prev.get_mut(list_key).and_then(Value::as_array_mut);
                 if let (Some(extra), Some(target)) = (extra, target) {
                     target.extend(extra);
-                    *prev_tag = (*prev_tag).max(tag);
+                    *prev_turns = (*prev_turns.start()).min(*turns.start())
+                        ..=(*prev_turns.end()).max(*turns.end());
                     continue;
                 }
             }
         }
-        out.push((tag, msg));
+        out.push((turns, msg));
     }
     out
 }
