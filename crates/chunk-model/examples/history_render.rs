@@ -27,6 +27,7 @@ fn conversation() -> Vec<MessageSnapshot> {
                             raw_arguments: args.to_string(),
                             arguments: args,
                             index: i,
+                            kind: Default::default(),
                             provider_metadata: Map::new(),
                         },
                     }

@@ -24,10 +24,70 @@ pub struct ToolCall {
     pub raw_arguments: String,
     /// 0-based position of the call within its message.
     pub index: u32,
+    /// What sort of call this is (schema version 1, additive): omitted from the JSON when
+    /// `function`, so a reader that finds no `kind` reads `function`.
+    #[serde(default, skip_serializing_if = "CallKind::is_function")]
+    pub kind: CallKind,
     /// Provider details kept so history can be rendered back (Gemini `thoughtSignature`,
     /// Responses `item_id`, `synthetic_id`, ...).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub provider_metadata: Map<String, Value>,
+}
+
+/// What sort of tool call a [`ToolCall`] is. Every kind is assembled, matched and ended by the
+/// same rules; the kind decides only how the assembled text is judged at a normal end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallKind {
+    /// A function call with JSON arguments (every provider's classic tool call).
+    #[default]
+    Function,
+    /// A tool whose input is free text (OpenAI Responses `custom_tool_call`): never parsed as
+    /// JSON. A completed custom call's `arguments` is its input as a JSON string and
+    /// `raw_arguments` the same text as is.
+    Custom,
+    /// A call the provider made to a remote MCP server (Responses `mcp_call`, Anthropic
+    /// `mcp_tool_use`): JSON arguments; its result may arrive in the same stream.
+    Mcp,
+    /// The provider asks for approval before it calls an MCP tool (Responses
+    /// `mcp_approval_request`): JSON arguments of the call it would make; `id` is the
+    /// approval request's id.
+    McpApprovalRequest,
+    /// A tool the provider runs itself (Anthropic `server_tool_use`: `web_search`,
+    /// `code_execution`, ...): JSON arguments; its result may arrive in the same stream.
+    ServerTool,
+}
+
+impl CallKind {
+    /// Every kind, in schema order.
+    pub const ALL: [CallKind; 5] = [
+        CallKind::Function,
+        CallKind::Custom,
+        CallKind::Mcp,
+        CallKind::McpApprovalRequest,
+        CallKind::ServerTool,
+    ];
+
+    /// The wire name (`function`, `custom`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Function => "function",
+            CallKind::Custom => "custom",
+            CallKind::Mcp => "mcp",
+            CallKind::McpApprovalRequest => "mcp_approval_request",
+            CallKind::ServerTool => "server_tool",
+        }
+    }
+
+    /// Whether this is the default kind (`function`), which the JSON form omits.
+    pub fn is_function(&self) -> bool {
+        *self == CallKind::Function
+    }
+
+    /// Whether the call's input is free text, never parsed as JSON.
+    pub fn is_free_text(self) -> bool {
+        self == CallKind::Custom
+    }
 }
 
 /// A complete tool result.
@@ -196,6 +256,29 @@ mod tests {
             .join()
             .unwrap();
         assert_eq!(reason.as_str(), ARGUMENT_DEPTH);
+    }
+
+    #[test]
+    fn call_kinds_serialize_as_their_wire_names_and_function_is_the_default() {
+        for kind in CallKind::ALL {
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json, Value::String(kind.as_str().to_string()));
+            assert_eq!(serde_json::from_value::<CallKind>(json).unwrap(), kind);
+        }
+        assert_eq!(CallKind::default(), CallKind::Function);
+        let call: ToolCall = serde_json::from_str(
+            r#"{"id":"c","name":"f","arguments":{},"raw_arguments":"{}","index":0}"#,
+        )
+        .unwrap();
+        assert_eq!(call.kind, CallKind::Function);
+        let text = serde_json::to_string(&call).unwrap();
+        assert!(!text.contains("kind"), "{text}");
+        let custom = ToolCall {
+            kind: CallKind::Custom,
+            ..call
+        };
+        let text = serde_json::to_string(&custom).unwrap();
+        assert!(text.contains(r#""kind":"custom""#), "{text}");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! - a fragment never carries a name or id it did not see on the wire;
 //! - an end is emitted only for an *authoritative* end signal, never because text parses.
 
-use crate::call::ResultInput;
+use crate::call::{CallKind, ResultInput};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -39,6 +39,10 @@ pub struct CallFragment {
     /// The function name, when this fragment states it (never blank).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The kind of call, when this fragment states it (a call with none stated is a
+    /// `function`; the first kind stated sticks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<CallKind>,
     /// Argument text to append (may be empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<String>,
@@ -81,6 +85,16 @@ pub struct CallEnd {
     /// `output_item.done`, whole Gemini/Ollama/AI SDK calls). It replaces what was assembled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<String>,
+    /// The kind of call, when the end signal states it (see [`CallFragment::kind`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<CallKind>,
+    /// How the provider says this one call ended, when it says so (Responses item
+    /// `status: "incomplete"` is [`Finish::Truncated`]). `None` and [`Finish::Complete`] are a
+    /// normal end (the arguments are judged); `Truncated` ends the call `invalid`
+    /// (`truncated`), `Filtered` and `Error` end it `abandoned` (`filtered`,
+    /// `provider_error`), never `completed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish: Option<Finish>,
     /// Provider metadata to merge into the call.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,

@@ -43,7 +43,8 @@ pub mod snapshot;
 pub mod wire;
 
 pub use call::{
-    parse_arguments, ArgumentsError, CallOutcome, CallStatus, ResultInput, ToolCall, ToolResult,
+    parse_arguments, ArgumentsError, CallKind, CallOutcome, CallStatus, ResultInput, ToolCall,
+    ToolResult,
 };
 pub use chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue};
 pub use decode::{decode, decode_result, detect_provider};

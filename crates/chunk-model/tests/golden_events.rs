@@ -4,10 +4,13 @@
 //! `UPDATE_GOLDEN=1 cargo test -p chunk-model --test golden_events` and review the diff: any
 //! change here is a change of the output contract.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use chunk_model::wire::Reason;
 use chunk_model::{
-    event_id, CallOutcome, CallStatus, Event, EventSubject, EventType, Offload, PayloadRef,
-    Provider, ToolCall, ToolResult,
+    event_id, CallKind, CallOutcome, CallStatus, Event, EventSubject, EventType, Offload,
+    PayloadRef, Provider, ToolCall, ToolResult,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -39,6 +42,7 @@ fn weather_call(status: CallStatus) -> ToolCall {
         },
         raw_arguments: raw.into(),
         index: 0,
+        kind: CallKind::Function,
         provider_metadata: serde_json::Map::new(),
     }
 }
@@ -84,6 +88,7 @@ fn cases() -> Vec<(&'static str, Event)> {
         arguments: json!({"from": "CDG", "to": "NRT", "passengers": [{"age": 34}, {"age": 3}]}),
         raw_arguments: r#"{"from":"CDG","passengers":[{"age":34},{"age":3}],"to":"NRT"}"#.into(),
         index: 1,
+        kind: CallKind::Function,
         provider_metadata: meta,
     });
 
@@ -159,6 +164,60 @@ fn cases() -> Vec<(&'static str, Event)> {
 
     let offloaded = offloaded_write_file();
 
+    // A Responses custom tool: free-form input, never parsed; `arguments` is the text as a
+    // JSON string.
+    let patch =
+        "*** Begin Patch\n*** Update File: src/lib.rs\n@@\n-let x = 1;\n+let x = 2;\n*** End Patch";
+    let mut custom = Event::new(
+        EventType::ToolCallCompleted,
+        event_id(
+            "conv-1",
+            "msg-4",
+            EventSubject::Call(0),
+            EventType::ToolCallCompleted,
+        ),
+        "conv-1",
+        "msg-4",
+        Some(Provider::OpenaiResponses),
+    );
+    let mut item = serde_json::Map::new();
+    item.insert("item_id".into(), json!("ctc_68a1f0"));
+    custom.tool_call = Some(ToolCall {
+        id: "call_Qm3v".into(),
+        name: "apply_patch".into(),
+        arguments: Value::String(patch.into()),
+        raw_arguments: patch.into(),
+        index: 0,
+        kind: CallKind::Custom,
+        provider_metadata: item,
+    });
+
+    // A Responses MCP approval request: the call the model wants to make, awaiting approval.
+    let mut approval = Event::new(
+        EventType::ToolCallCompleted,
+        event_id(
+            "conv-1",
+            "msg-5",
+            EventSubject::Call(0),
+            EventType::ToolCallCompleted,
+        ),
+        "conv-1",
+        "msg-5",
+        Some(Provider::OpenaiResponses),
+    );
+    let mut item = serde_json::Map::new();
+    item.insert("item_id".into(), json!("mcpr_68a2c4"));
+    item.insert("server_label".into(), json!("deepwiki"));
+    approval.tool_call = Some(ToolCall {
+        id: "mcpr_68a2c4".into(),
+        name: "ask_question".into(),
+        arguments: json!({"repoName": "rust-lang/rust", "question": "What is MIR?"}),
+        raw_arguments: r#"{"repoName":"rust-lang/rust","question":"What is MIR?"}"#.into(),
+        index: 0,
+        kind: CallKind::McpApprovalRequest,
+        provider_metadata: item,
+    });
+
     vec![
         ("tool_call.started.json", started),
         (
@@ -186,6 +245,8 @@ fn cases() -> Vec<(&'static str, Event)> {
         ("tool_result.orphaned.json", orphaned),
         ("message.completed.json", message),
         ("tool_call.completed.offloaded.json", offloaded),
+        ("tool_call.completed.custom.json", custom),
+        ("tool_call.completed.mcp_approval_request.json", approval),
     ]
 }
 
@@ -214,6 +275,7 @@ fn full_write_file() -> Event {
         arguments: serde_json::from_str(&raw).expect("valid"),
         raw_arguments: raw,
         index: 0,
+        kind: CallKind::Function,
         provider_metadata: serde_json::Map::new(),
     });
     e
@@ -360,6 +422,46 @@ fn every_golden_event_validates_against_the_schema() {
     assert!(
         seen >= 8,
         "expected a golden file per event type, found {seen}"
+    );
+}
+
+/// `kind` is optional (absent means `function`, so every event written before it validates),
+/// names one of the schema's kinds, and only a `custom` call completes with a string.
+#[test]
+fn schema_reads_the_call_kind_as_an_optional_known_name() {
+    let validator = schema();
+    let good: Value = serde_json::to_value(call_event(
+        EventType::ToolCallCompleted,
+        CallStatus::Completed,
+        None,
+    ))
+    .expect("to value");
+    assert!(
+        good["tool_call"].get("kind").is_none(),
+        "function is omitted"
+    );
+    for kind in CallKind::ALL {
+        let mut with_kind = good.clone();
+        with_kind["tool_call"]["kind"] = json!(kind.as_str());
+        if kind.is_free_text() {
+            with_kind["tool_call"]["arguments"] = json!("the input text");
+        }
+        assert!(validator.is_valid(&with_kind), "{}", kind.as_str());
+    }
+    let mut unknown = good.clone();
+    unknown["tool_call"]["kind"] = json!("web_search");
+    assert!(!validator.is_valid(&unknown), "kinds are the schema's");
+    let mut text_function = good.clone();
+    text_function["tool_call"]["arguments"] = json!("free text");
+    assert!(
+        validator.is_valid(&text_function),
+        "a JSON string is valid JSON arguments"
+    );
+    let mut object_custom = good.clone();
+    object_custom["tool_call"]["kind"] = json!("custom");
+    assert!(
+        !validator.is_valid(&object_custom),
+        "a custom call's arguments are its text, never parsed"
     );
 }
 

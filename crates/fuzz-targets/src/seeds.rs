@@ -245,6 +245,7 @@ fn histories() -> Vec<Seed> {
             raw_arguments: arguments.to_string(),
             arguments,
             index,
+            kind: Default::default(),
             provider_metadata: serde_json::Map::new(),
         },
     };

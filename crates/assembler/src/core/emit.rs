@@ -43,6 +43,7 @@ pub fn tool_call(msg: &MessageState, pos: usize, call: &CallState) -> ToolCall {
         },
         raw_arguments: call.args.clone(),
         index: pos as u32,
+        kind: call.kind,
         provider_metadata: call.metadata.clone(),
     }
 }

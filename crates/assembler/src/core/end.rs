@@ -5,6 +5,7 @@ use super::output::{ArgOp, StepOutput};
 use super::state::{MessagePhase, MessageState};
 use chunk_model::wire::Reason;
 use chunk_model::{parse_arguments, partial_args, CallStatus, Event, EventType};
+use serde_json::Value;
 
 /// How a call ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +99,11 @@ fn judge(msg: &mut MessageState, pos: usize, out: &mut StepOutput) -> (CallStatu
             }
             Err(_) => return (CallStatus::Invalid, Some(Reason::InvalidPartialArgs)),
         }
+    }
+    if call.kind.is_free_text() {
+        // Free-form input (a custom tool): the text is the input, whatever it holds.
+        call.arguments = Value::String(call.args.clone());
+        return (CallStatus::Completed, None);
     }
     match parse_arguments(&call.args) {
         Ok(value) => {

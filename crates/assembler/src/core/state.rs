@@ -1,6 +1,6 @@
 //! The assembly state of one message and its calls.
 
-use chunk_model::{CallStatus, PathValue, Provider, ToolResult};
+use chunk_model::{CallKind, CallStatus, PathValue, Provider, ToolResult};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -55,6 +55,13 @@ pub struct CallState {
     /// The function name, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The kind of call: the first one a fragment or end states (`function` until then). It
+    /// decides how the text is judged at a normal end ([`CallKind::is_free_text`]).
+    #[serde(default, skip_serializing_if = "CallKind::is_function")]
+    pub kind: CallKind,
+    /// Whether a statement has fixed `kind` (later statements do not change it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kind_stated: bool,
     /// The argument text assembled so far, when it is held in memory (see
     /// [`CallState::text_held`]); empty otherwise. The text is stored as pieces (see
     /// [`crate::core::ArgOp`]); the store reads it back only when a step needs it (an end, a
@@ -111,6 +118,8 @@ impl CallState {
             item_id: None,
             id: None,
             name: None,
+            kind: CallKind::Function,
+            kind_stated: false,
             args: String::new(),
             args_len: 0,
             args_held: true,

@@ -20,7 +20,7 @@ use crate::input::Control;
 use chunk_model::depth::{value_depth, MAX_ARGUMENT_DEPTH};
 use chunk_model::wire::reason::finish;
 use chunk_model::wire::Reason;
-use chunk_model::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
+use chunk_model::{CallEnd, CallFragment, CallKind, CallRef, ChunkEvent, Finish};
 use serde_json::{Map, Value};
 
 /// How a reference matched a call.
@@ -102,9 +102,19 @@ fn new_call(msg: &mut MessageState, at: &CallRef) -> usize {
     msg.calls.len() - 1
 }
 
-/// Copies the facts of a reference, name and metadata onto a call (never overwriting an id or
-/// name it already has).
-fn learn(call: &mut CallState, at: &CallRef, name: Option<&str>, metadata: Map<String, Value>) {
+/// Copies the facts of a reference, name, kind and metadata onto a call (never overwriting an
+/// id, name or kind it already has).
+fn learn(
+    call: &mut CallState,
+    at: &CallRef,
+    name: Option<&str>,
+    kind: Option<CallKind>,
+    metadata: Map<String, Value>,
+) {
+    if let (false, Some(kind)) = (call.kind_stated, kind) {
+        call.kind = kind;
+        call.kind_stated = true;
+    }
     if call.wire_id.is_none() {
         call.wire_id = present(&at.wire_id).map(str::to_string);
     }
@@ -130,12 +140,7 @@ pub fn step(msg: &mut MessageState, ev: ChunkEvent, limits: &Limits, out: &mut S
         ChunkEvent::CallFragment(f) => fragment(msg, f, limits, out),
         ChunkEvent::CallEnd(e) => call_end(msg, e, limits, out),
         ChunkEvent::MessageEnd { finish, reason } => {
-            let how = match finish {
-                Finish::Complete => EndHow::Judge,
-                Finish::Truncated => EndHow::Invalid(Reason::Truncated),
-                Finish::Filtered => EndHow::Abandon(Reason::Filtered),
-                Finish::Error => EndHow::Abandon(Reason::ProviderError),
-            };
+            let how = end_how(finish);
             let reason = if reason.trim().is_empty() {
                 finish::STOP
             } else {
@@ -151,6 +156,17 @@ pub fn step(msg: &mut MessageState, ev: ChunkEvent, limits: &Limits, out: &mut S
             out,
         ),
         ChunkEvent::ToolResult(r) => out.results.push(r),
+    }
+}
+
+/// How calls end on a provider's finish: judged on a normal end, `invalid` (`truncated`) when
+/// cut, `abandoned` when filtered or failed.
+fn end_how(finish: Finish) -> EndHow {
+    match finish {
+        Finish::Complete => EndHow::Judge,
+        Finish::Truncated => EndHow::Invalid(Reason::Truncated),
+        Finish::Filtered => EndHow::Abandon(Reason::Filtered),
+        Finish::Error => EndHow::Abandon(Reason::ProviderError),
     }
 }
 
@@ -200,7 +216,7 @@ fn fragment(msg: &mut MessageState, f: CallFragment, limits: &Limits, out: &mut 
     if call.is_terminal() {
         return;
     }
-    learn(call, &f.at, f.name.as_deref(), f.metadata);
+    learn(call, &f.at, f.name.as_deref(), f.kind, f.metadata);
     if pos >= limits.max_calls_per_message {
         end_call(msg, pos, EndHow::Limit(Reason::CallLimit), out);
         return;
@@ -283,7 +299,7 @@ fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepO
     let Some(call) = msg.calls.get_mut(pos) else {
         return;
     };
-    learn(call, &e.at, e.name.as_deref(), e.metadata);
+    learn(call, &e.at, e.name.as_deref(), e.kind, e.metadata);
     if pos >= limits.max_calls_per_message {
         end_call(msg, pos, EndHow::Limit(Reason::CallLimit), out);
         return;
@@ -304,7 +320,8 @@ fn call_end(msg: &mut MessageState, e: CallEnd, limits: &Limits, out: &mut StepO
             call.hold_text(text);
         }
     }
-    end_call(msg, pos, EndHow::Judge, out);
+    // (the provider's own word on this call, e.g. a Responses item `status: "incomplete"`)
+    end_call(msg, pos, end_how(e.finish.unwrap_or(Finish::Complete)), out);
 }
 
 /// Whether stepping `ev` on `msg` may need argument text that is not held in memory, so the

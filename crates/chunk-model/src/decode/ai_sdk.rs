@@ -211,6 +211,7 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                 // A whole call without input: the tool takes no arguments.
                 arguments: Some(arguments.unwrap_or_default()),
                 metadata,
+                ..CallEnd::default()
             })
         }
         "tool-result" | "tool-output-available" => {

@@ -267,6 +267,7 @@ fn decode_part(
             arguments: None,
             path_values: pieces,
             metadata: std::mem::take(&mut metadata),
+            ..CallFragment::default()
         }));
         if will_continue {
             return Ok(());
@@ -284,6 +285,7 @@ fn decode_part(
             None => None,
         },
         metadata,
+        ..CallEnd::default()
     }));
     Ok(())
 }

@@ -3,8 +3,10 @@
 //! Ollama `/v1`, LiteLLM, vLLM.
 //!
 //! What it reads: `choices[i].delta.tool_calls[j]` (`index`, `id`, `function.name`,
-//! `function.arguments`), the legacy `delta.function_call`, `choices[i].finish_reason`, and a
-//! top-level `error` object (OpenRouter's mid-stream error). Everything else (`content`,
+//! `function.arguments`), the legacy `delta.function_call`, `choices[i].finish_reason`, a
+//! top-level `error` object (OpenRouter's mid-stream error), and Gemini's OpenAI-compatible
+//! `tool_calls[j].extra_content.google.thought_signature`, kept as the call's metadata
+//! [`EXTRA_CONTENT`] (`{"google":{"thought_signature":…}}`) so history can send it back. Everything else (`content`,
 //! `usage`, `obfuscation`, `logprobs`, Azure's `prompt_filter_results`, OpenRouter's
 //! `provider`/`native_finish_reason`, ...) is ignored.
 //!
@@ -28,6 +30,11 @@ use crate::decode::typed::parse;
 use crate::error::DecodeError;
 use crate::provider::Provider;
 use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+/// Metadata key of Gemini's OpenAI-compatible `extra_content` on a tool call, kept as
+/// `{"google":{"thought_signature":"…"}}` (only that field; anything else in it is ignored).
+pub const EXTRA_CONTENT: &str = "extra_content";
 
 #[derive(Deserialize)]
 struct Chunk<'a> {
@@ -64,6 +71,9 @@ struct ToolCallDelta<'a> {
     id: Option<Text<'a>>,
     #[serde(borrow, default)]
     function: Option<FunctionDelta<'a>>,
+    /// Gemini (OpenAI-compatible endpoint): `{"google":{"thought_signature":"…"}}`. Any JSON.
+    #[serde(default)]
+    extra_content: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -94,11 +104,12 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                     non_blank_text(call.id),
                     name,
                     arguments,
+                    signature_metadata(call.extra_content.as_ref()),
                 );
             }
             if delta.function_call.is_some() {
                 let (name, arguments) = split_function(delta.function_call);
-                push_fragment(&mut out, Some(0), None, name, arguments);
+                push_fragment(&mut out, Some(0), None, name, arguments, Map::new());
             }
         }
         if let Some((finish, reason)) = choice.finish_reason.and_then(|r| r.read(finish_of)) {
@@ -123,14 +134,32 @@ fn split_function(f: Option<FunctionDelta<'_>>) -> (Option<String>, Option<Strin
     }
 }
 
+/// The call metadata for a Gemini `extra_content` holding a non-blank string
+/// `google.thought_signature` (empty for anything else).
+fn signature_metadata(extra_content: Option<&Value>) -> Map<String, Value> {
+    let mut metadata = Map::new();
+    let signature = extra_content
+        .and_then(|e| e.pointer("/google/thought_signature"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty());
+    if let Some(signature) = signature {
+        metadata.insert(
+            EXTRA_CONTENT.to_string(),
+            json!({"google": {"thought_signature": signature}}),
+        );
+    }
+    metadata
+}
+
 fn push_fragment(
     out: &mut Vec<ChunkEvent>,
     index: Option<u32>,
     wire_id: Option<String>,
     name: Option<String>,
     arguments: Option<String>,
+    metadata: Map<String, Value>,
 ) {
-    if wire_id.is_none() && name.is_none() && arguments.is_none() {
+    if wire_id.is_none() && name.is_none() && arguments.is_none() && metadata.is_empty() {
         // Nothing said about the call (Azure prelude placeholders, empty keep-alive deltas).
         return;
     }
@@ -142,6 +171,7 @@ fn push_fragment(
         },
         name,
         arguments,
+        metadata,
         ..CallFragment::default()
     }));
 }

@@ -136,6 +136,7 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                 },
                 name: call.name,
                 arguments: call.arguments,
+                ..CallEnd::default()
             })],
             None => Vec::new(),
         },
@@ -180,6 +181,7 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                 .map(|n| n.into_owned()),
             arguments: event.arguments.map(|a| a.text),
             metadata: Map::new(),
+            ..CallEnd::default()
         })],
         "response.completed" => vec![ChunkEvent::MessageEnd {
             finish: Finish::Complete,

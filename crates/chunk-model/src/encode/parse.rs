@@ -194,6 +194,7 @@ impl Builder {
                 arguments,
                 raw_arguments,
                 index,
+                kind: Default::default(),
                 provider_metadata: metadata,
             },
         });

@@ -17,6 +17,7 @@ pub fn call(id: &str, name: &str, index: u32, args: Value) -> CallOutcome {
             raw_arguments: args.to_string(),
             arguments: args,
             index,
+            kind: Default::default(),
             provider_metadata: Map::new(),
         },
     }
@@ -33,6 +34,7 @@ pub fn cut_call(id: &str, name: &str, index: u32, status: CallStatus, raw: &str)
             arguments: Value::Null,
             raw_arguments: raw.to_string(),
             index,
+            kind: Default::default(),
             provider_metadata: Map::new(),
         },
     }

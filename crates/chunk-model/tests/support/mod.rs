@@ -210,6 +210,7 @@ pub fn pieces(
         arguments: None,
         path_values,
         metadata,
+        ..CallFragment::default()
     })
 }
 
@@ -234,6 +235,7 @@ pub fn end_meta(
         name: name.map(str::to_string),
         arguments: arguments.map(str::to_string),
         metadata,
+        ..CallEnd::default()
     })
 }
 

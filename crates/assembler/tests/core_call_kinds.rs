@@ -1,0 +1,280 @@
+//! Call kinds on the pure core: the kind a decoder states is kept on the call and in every
+//! event, and decides how the text is judged at a normal end (a `custom` call's free text is
+//! never parsed); a call end that says the call was cut ends it `invalid`/`abandoned`, never
+//! `completed`.
+
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use assembler::core::{self, Limits, MessageState, StepOutput};
+use chunk_model::{
+    CallEnd, CallFragment, CallKind, CallRef, CallStatus, ChunkEvent, Event, EventType, Finish,
+    Provider,
+};
+use serde_json::{json, Value};
+
+struct Msg {
+    state: MessageState,
+    events: Vec<Event>,
+}
+
+impl Msg {
+    fn new() -> Msg {
+        Msg {
+            state: MessageState::new("conv", "msg", Some(Provider::OpenaiResponses), 0),
+            events: Vec::new(),
+        }
+    }
+
+    fn feed(&mut self, ev: ChunkEvent) {
+        let mut out = StepOutput::default();
+        core::step(&mut self.state, ev, &Limits::default(), &mut out);
+        self.events.extend(out.events);
+        self.events.extend(core::complete_if_done(&mut self.state));
+    }
+
+    fn terminal(&self) -> Vec<&Event> {
+        self.events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.event_type,
+                    EventType::ToolCallCompleted
+                        | EventType::ToolCallInvalid
+                        | EventType::ToolCallAbandoned
+                )
+            })
+            .collect()
+    }
+
+    fn completed(&self) -> &Event {
+        self.events
+            .iter()
+            .find(|e| e.event_type == EventType::MessageCompleted)
+            .expect("message.completed")
+    }
+}
+
+fn item(id: &str) -> CallRef {
+    CallRef {
+        item_id: Some(id.to_string()),
+        ..CallRef::default()
+    }
+}
+
+fn start(at: CallRef, name: &str, kind: Option<CallKind>) -> ChunkEvent {
+    ChunkEvent::CallFragment(CallFragment {
+        at,
+        name: Some(name.to_string()),
+        kind,
+        ..CallFragment::default()
+    })
+}
+
+fn text(at: CallRef, t: &str) -> ChunkEvent {
+    ChunkEvent::CallFragment(CallFragment {
+        at,
+        arguments: Some(t.to_string()),
+        ..CallFragment::default()
+    })
+}
+
+fn end(at: CallRef, arguments: Option<&str>, finish: Option<Finish>) -> ChunkEvent {
+    ChunkEvent::CallEnd(CallEnd {
+        at,
+        arguments: arguments.map(str::to_string),
+        finish,
+        ..CallEnd::default()
+    })
+}
+
+fn finish(f: Finish, reason: &str) -> ChunkEvent {
+    ChunkEvent::MessageEnd {
+        finish: f,
+        reason: reason.to_string(),
+    }
+}
+
+#[test]
+fn a_custom_call_completes_with_its_free_text_never_parsed() {
+    let mut m = Msg::new();
+    m.feed(start(item("ctc_1"), "apply_patch", Some(CallKind::Custom)));
+    m.feed(text(item("ctc_1"), "*** Begin Patch\n{not json"));
+    m.feed(text(item("ctc_1"), "\n*** End Patch"));
+    m.feed(end(item("ctc_1"), None, None));
+    m.feed(finish(Finish::Complete, "completed"));
+    let ended = m.terminal();
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].event_type, EventType::ToolCallCompleted);
+    let call = ended[0].tool_call.as_ref().expect("call");
+    assert_eq!(call.kind, CallKind::Custom);
+    assert_eq!(
+        call.raw_arguments,
+        "*** Begin Patch\n{not json\n*** End Patch"
+    );
+    assert_eq!(
+        call.arguments,
+        Value::String("*** Begin Patch\n{not json\n*** End Patch".into())
+    );
+    let calls = m.completed().calls.clone().expect("calls");
+    assert_eq!(calls[0].status, CallStatus::Completed);
+    assert_eq!(calls[0].tool_call.kind, CallKind::Custom);
+    // `tool_call.started` names the kind too
+    let started = m
+        .events
+        .iter()
+        .find(|e| e.event_type == EventType::ToolCallStarted)
+        .and_then(|e| e.tool_call.as_ref())
+        .expect("started");
+    assert_eq!(started.kind, CallKind::Custom);
+}
+
+#[test]
+fn a_custom_input_that_looks_like_json_stays_text() {
+    let mut m = Msg::new();
+    m.feed(start(item("ctc_1"), "run_sql", Some(CallKind::Custom)));
+    m.feed(end(item("ctc_1"), Some(r#"{"a":1}"#), None));
+    m.feed(finish(Finish::Complete, "completed"));
+    let call = m.terminal()[0].tool_call.clone().expect("call");
+    assert_eq!(
+        call.arguments,
+        json!(r#"{"a":1}"#),
+        "a string, not an object"
+    );
+    // and an empty input is an empty text, not `{}`
+    let mut m = Msg::new();
+    m.feed(start(item("ctc_2"), "noop", Some(CallKind::Custom)));
+    m.feed(end(item("ctc_2"), Some(""), None));
+    m.feed(finish(Finish::Complete, "completed"));
+    let call = m.terminal()[0].tool_call.clone().expect("call");
+    assert_eq!(call.arguments, json!(""));
+}
+
+#[test]
+fn a_function_call_with_the_same_text_is_judged_as_json() {
+    let mut m = Msg::new();
+    m.feed(start(item("fc_1"), "apply_patch", None));
+    m.feed(text(item("fc_1"), "*** Begin Patch"));
+    m.feed(end(item("fc_1"), None, None));
+    m.feed(finish(Finish::Complete, "completed"));
+    let ended = m.terminal();
+    assert_eq!(ended[0].event_type, EventType::ToolCallInvalid);
+    assert_eq!(ended[0].reason.as_deref(), Some("invalid_json"));
+    assert_eq!(
+        ended[0].tool_call.as_ref().map(|c| c.kind),
+        Some(CallKind::Function)
+    );
+}
+
+#[test]
+fn the_first_stated_kind_sticks_and_an_end_may_state_it() {
+    let mut m = Msg::new();
+    m.feed(ChunkEvent::CallEnd(CallEnd {
+        at: item("mcpr_1"),
+        name: Some("ask_question".into()),
+        arguments: Some(r#"{"q":"x"}"#.into()),
+        kind: Some(CallKind::McpApprovalRequest),
+        ..CallEnd::default()
+    }));
+    m.feed(start(item("mcp_1"), "ask_question", Some(CallKind::Mcp)));
+    m.feed(text(item("mcp_1"), r#"{"q":"#));
+    m.feed(ChunkEvent::CallEnd(CallEnd {
+        at: item("mcp_1"),
+        arguments: Some(r#"{"q":"y"}"#.into()),
+        kind: Some(CallKind::Custom),
+        ..CallEnd::default()
+    }));
+    m.feed(finish(Finish::Complete, "completed"));
+    let calls = m.completed().calls.clone().expect("calls");
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].tool_call.kind, CallKind::McpApprovalRequest);
+    assert_eq!(calls[0].tool_call.arguments, json!({"q":"x"}));
+    assert_eq!(calls[1].tool_call.kind, CallKind::Mcp, "first kind sticks");
+    assert_eq!(calls[1].tool_call.arguments, json!({"q":"y"}));
+    assert!(calls.iter().all(|c| c.status == CallStatus::Completed));
+}
+
+#[test]
+fn a_call_end_that_says_the_call_was_cut_never_completes_it() {
+    for (cut, ty, reason) in [
+        (Finish::Truncated, EventType::ToolCallInvalid, "truncated"),
+        (Finish::Filtered, EventType::ToolCallAbandoned, "filtered"),
+        (
+            Finish::Error,
+            EventType::ToolCallAbandoned,
+            "provider_error",
+        ),
+    ] {
+        let mut m = Msg::new();
+        m.feed(start(item("fc_1"), "get_weather", None));
+        m.feed(text(item("fc_1"), r#"{"city":"Paris"}"#));
+        // even with arguments that parse
+        m.feed(end(item("fc_1"), Some(r#"{"city":"Paris"}"#), Some(cut)));
+        m.feed(finish(Finish::Complete, "completed"));
+        let ended = m.terminal();
+        assert_eq!(ended.len(), 1, "{cut:?}");
+        assert_eq!(ended[0].event_type, ty, "{cut:?}");
+        assert_eq!(ended[0].reason.as_deref(), Some(reason), "{cut:?}");
+        let call = ended[0].tool_call.as_ref().expect("call");
+        assert_eq!(call.arguments, Value::Null);
+        assert_eq!(call.raw_arguments, r#"{"city":"Paris"}"#, "raw text kept");
+    }
+    // `Complete` is a normal end
+    let mut m = Msg::new();
+    m.feed(start(item("fc_1"), "get_weather", None));
+    m.feed(end(item("fc_1"), Some("{}"), Some(Finish::Complete)));
+    assert_eq!(m.terminal()[0].event_type, EventType::ToolCallCompleted);
+}
+
+#[test]
+fn a_cut_custom_call_is_invalid_not_completed() {
+    let mut m = Msg::new();
+    m.feed(start(item("ctc_1"), "apply_patch", Some(CallKind::Custom)));
+    m.feed(text(item("ctc_1"), "*** Begin Pat"));
+    m.feed(finish(Finish::Truncated, "max_output_tokens"));
+    let ended = m.terminal();
+    assert_eq!(ended[0].event_type, EventType::ToolCallInvalid);
+    assert_eq!(ended[0].reason.as_deref(), Some("truncated"));
+    assert_eq!(
+        ended[0].tool_call.as_ref().map(|c| c.kind),
+        Some(CallKind::Custom)
+    );
+}
+
+#[test]
+fn the_kind_survives_the_stored_form_of_a_message() {
+    let mut m = Msg::new();
+    m.feed(start(item("ctc_1"), "apply_patch", Some(CallKind::Custom)));
+    m.feed(text(item("ctc_1"), "free"));
+    let stored = serde_json::to_string(&m.state).expect("serialize");
+    let mut back: MessageState = serde_json::from_str(&stored).expect("deserialize");
+    assert_eq!(back.calls[0].kind, CallKind::Custom);
+    // a later statement of another kind does not change it after a reload either
+    back.calls[0].hold_text("free".into());
+    let mut out = StepOutput::default();
+    core::step(
+        &mut back,
+        ChunkEvent::CallEnd(CallEnd {
+            at: item("ctc_1"),
+            kind: Some(CallKind::Function),
+            ..CallEnd::default()
+        }),
+        &Limits::default(),
+        &mut out,
+    );
+    let ended = out
+        .events
+        .iter()
+        .find(|e| e.event_type == EventType::ToolCallCompleted)
+        .and_then(|e| e.tool_call.as_ref())
+        .expect("completed");
+    assert_eq!(ended.kind, CallKind::Custom);
+    assert_eq!(ended.arguments, json!("free"));
+    // a message stored before kinds existed reads as function calls
+    let old = stored
+        .replace(r#""kind":"custom","#, "")
+        .replace(r#""kind_stated":true,"#, "");
+    assert!(!old.contains("kind"), "{old}");
+    let old: MessageState = serde_json::from_str(&old).expect("old form");
+    assert_eq!(old.calls[0].kind, CallKind::Function);
+}
