@@ -4,6 +4,9 @@
 //! unbounded recursion would overflow it. And arguments deeper than chunk_model's
 //! `MAX_ARGUMENT_DEPTH` (64) are refused, so what is stored can be read back.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use assembler::{Config, Input, OutboxKind, Store};

@@ -5,6 +5,9 @@
 //! such an input is a `no_provider` dead letter, and a stream with no provider is all dead
 //! letters.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use assembler::{Applied, Control, Seq, Store};

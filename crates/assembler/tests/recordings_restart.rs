@@ -4,6 +4,9 @@
 //! structured pieces (Vertex `partialArgs`) are reloaded exactly from their stored pieces.
 //! (What the events must *be* is pinned by the replay acceptance test in the worker crate.)
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use assembler::{Config, Input, InputKind, Seq, Store};

@@ -1,6 +1,9 @@
 //! The store's ordering, dedupe, parking, dead letters, results, timeouts, limits and
 //! snapshots, on raw OpenAI-chat-shaped chunks.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use assembler::{Applied, Config, Control, InputKind, Origin, OutboxKind, Seq, Store};

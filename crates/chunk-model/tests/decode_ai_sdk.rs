@@ -3,6 +3,9 @@
 //! results, recorded streams, and a no-panic property test. Finish reasons in every shape,
 //! unneeded fields of any shape and error parts are in `decode_ai_sdk_lenient.rs`.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use chunk_model::{CallEnd, ChunkEvent, DecodeError, Finish, Provider, ResultInput, ToolResult};

@@ -4,6 +4,9 @@
 //! parts, parts that are no events. Calls, results and recorded streams are in
 //! `decode_ai_sdk.rs`.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use chunk_model::{CallEnd, ChunkEvent, DecodeError, Finish, Provider, ResultInput, ToolResult};

@@ -2,6 +2,9 @@
 //! on recorded streams (`tests/recordings/anthropic/`, SSE with `event:` lines) and single
 //! chunks, plus no-panic property tests.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use chunk_model::{ChunkEvent, DecodeError, Finish, Provider};

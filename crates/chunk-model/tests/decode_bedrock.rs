@@ -2,6 +2,9 @@
 //! `tests/recordings/bedrock/`, every event with AWS's `p` padding): one test per quirk,
 //! named for it, plus no-panic property tests.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use chunk_model::{ChunkEvent, DecodeError, Finish, Provider};

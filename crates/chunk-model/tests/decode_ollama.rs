@@ -1,6 +1,9 @@
 //! Decoder tests for Ollama's native `/api/chat` NDJSON: whole calls, `done` handling,
 //! errors, recorded streams, and a no-panic property test.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use chunk_model::{ChunkEvent, DecodeError, Finish, Provider};

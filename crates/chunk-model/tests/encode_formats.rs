@@ -1,5 +1,8 @@
 //! The wire shape of each history format, pinned on realistic stored calls.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod history_fixtures;
 
 use chunk_model::encode::{parse_history, HistoryFormat};

@@ -1,5 +1,8 @@
 //! History policy: every rule is pinned by a test named for the bug it prevents.
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod history_fixtures;
 
 use chunk_model::encode::HistoryFormat;

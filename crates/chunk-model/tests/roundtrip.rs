@@ -11,6 +11,9 @@
 //! - metadata: only Gemini `thoughtSignature` travels, and a fitting Responses `item_id` when
 //!   `send_item_ids` is on (off by default, see `HistoryOptions::send_item_ids`).
 
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod history_fixtures;
 
 use chunk_model::encode::{parse_history, HistoryFormat, IdRule};
