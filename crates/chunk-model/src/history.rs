@@ -25,8 +25,8 @@ pub use plan::{Block, Plan, ORPHAN_HEADER};
 pub use truncate::TRUNCATION_MARKER;
 
 use crate::encode::{
-    encode_calls, encode_results, encode_text, merge_roles_tagged, EncCall, EncResult,
-    HistoryFormat, IdMap, IdRule,
+    encode_calls, encode_results, encode_text, merge_roles_tagged, renders_signature, EncCall,
+    EncResult, HistoryFormat, IdMap, IdRule,
 };
 use crate::snapshot::MessageSnapshot;
 use serde::Serialize;
@@ -50,6 +50,11 @@ pub struct RenderedHistory {
     pub placeholders: usize,
     /// Results rendered as `[Tool Result - Previous Context]` text.
     pub orphans: usize,
+    /// Gemini thought signatures of kept calls that the target does not carry (any target but
+    /// `gemini`, and `openai-chat` for signatures from Gemini's native API); see `notes`.
+    pub dropped_signatures: usize,
+    /// What the caller should know about this history (signatures dropped, ...), in words.
+    pub notes: Vec<String>,
 }
 
 /// Why a history could not be rendered.
@@ -80,10 +85,17 @@ pub fn render(
     );
 
     let mut tagged: Vec<(std::ops::RangeInclusive<usize>, Value)> = Vec::new();
+    // (turn, signatures the target drops in that turn's calls)
+    let mut dropped: Vec<(usize, usize)> = Vec::new();
     for block in &plan.blocks {
         let turn = block.turn();
         let messages = match block {
             Block::Calls { note, calls, .. } => {
+                let n = calls
+                    .iter()
+                    .filter(|c| renders_signature(target, &c.provider_metadata) == Some(false))
+                    .count();
+                dropped.push((turn, n));
                 let enc: Vec<EncCall<'_>> = calls
                     .iter()
                     .map(|c| EncCall {
@@ -118,6 +130,22 @@ pub fn render(
     // tagged with every turn it holds, so the window never cuts inside a merged turn.
     let merged = merge_roles_tagged(target, tagged);
     let kept = window::last(merged, options.window);
+    // The window is a suffix widened to a turn boundary: every turn from the first kept is kept.
+    let first_kept = kept.first().map(|(turns, _)| *turns.start());
+    let dropped_signatures: usize = dropped
+        .iter()
+        .filter(|(turn, _)| first_kept.is_some_and(|f| *turn >= f))
+        .map(|(_, n)| n)
+        .sum();
+    let mut notes = Vec::new();
+    if dropped_signatures > 0 {
+        notes.push(format!(
+            "{dropped_signatures} Gemini thought signature(s) dropped: the {target} format \
+             does not carry them (only gemini does, and openai-chat for signatures from \
+             Gemini's OpenAI-compatible endpoint); sent to a Gemini 3 model, this history's \
+             function calls would lack the signatures it requires"
+        ));
+    }
     let messages: Vec<Value> = kept.into_iter().map(|(_, m)| m).collect();
     let payload = serde_json::to_string(&messages)?;
     let (token_estimate, tokenizer) = tokens::count(&payload);
@@ -129,6 +157,8 @@ pub fn render(
         truncated_results: plan.truncated_results,
         placeholders: plan.placeholders,
         orphans: plan.orphans,
+        dropped_signatures,
+        notes,
     })
 }
 

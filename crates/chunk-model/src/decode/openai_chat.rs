@@ -6,9 +6,9 @@
 //! `function.arguments`), the legacy `delta.function_call`, `choices[i].finish_reason`, a
 //! top-level `error` object (OpenRouter's mid-stream error), and Gemini's OpenAI-compatible
 //! `tool_calls[j].extra_content.google.thought_signature`, kept as the call's metadata
-//! [`EXTRA_CONTENT`] (`{"google":{"thought_signature":…}}`) so history can send it back. Everything else (`content`,
-//! `usage`, `obfuscation`, `logprobs`, Azure's `prompt_filter_results`, OpenRouter's
-//! `provider`/`native_finish_reason`, ...) is ignored.
+//! [`EXTRA_CONTENT`] (`{"google":{"thought_signature":…}}`) so history can send it back.
+//! Everything else (`content`, `usage`, `obfuscation`, `logprobs`, Azure's
+//! `prompt_filter_results`, OpenRouter's `provider`/`native_finish_reason`, ...) is ignored.
 //!
 //! Fields it does not need never fail a chunk, whatever they hold; of those it reads, a
 //! choice `index` it cannot read counts as choice 0, a `finish_reason` that is not a string

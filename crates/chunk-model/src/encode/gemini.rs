@@ -8,7 +8,10 @@
 //! ```
 //!
 //! The stored `thoughtSignature` goes back on the same part as its `functionCall` (Gemini 3
-//! rejects a history whose call parts lost it). `functionCall.id` / `functionResponse.id` are
+//! rejects a history whose call parts lost it); a signature that came through Gemini's
+//! OpenAI-compatible endpoint (`extra_content.google.thought_signature`, the same model's
+//! token) goes there too. Only the calls that carried one get one: of parallel calls Gemini
+//! signs the first only, and the others are sent without. `functionCall.id` / `functionResponse.id` are
 //! sent only for ids the provider gave: a synthetic id (`synthetic_id: true`) is never sent
 //! upstream. The result text goes in `response.output`, or `response.error` when the tool
 //! failed. Lossy by nature: a call without a wire id comes back with a new synthetic id
@@ -16,7 +19,7 @@
 //! wrapped as `{"value": v}`; metadata other than `thoughtSignature`.
 
 use super::parse::{str_at, Builder, HistoryParseError};
-use super::{EncCall, EncResult, HistoryFormat, Role, META_THOUGHT_SIGNATURE};
+use super::{thought_signature, EncCall, EncResult, HistoryFormat, Role, META_THOUGHT_SIGNATURE};
 use crate::call::ToolResult;
 use crate::snapshot::MessageSnapshot;
 use serde_json::{json, Map, Value};
@@ -38,7 +41,7 @@ pub fn calls(text: Option<&str>, calls: &[EncCall<'_>]) -> Vec<Value> {
         }
         let mut part = Map::new();
         part.insert("functionCall".to_string(), Value::Object(fc));
-        if let Some(sig) = c.metadata.get(META_THOUGHT_SIGNATURE) {
+        if let Some(sig) = thought_signature(c.metadata) {
             part.insert(META_THOUGHT_SIGNATURE.to_string(), sig.clone());
         }
         parts.push(Value::Object(part));

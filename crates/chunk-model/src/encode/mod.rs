@@ -13,8 +13,16 @@
 //! (placeholders, orphans, truncation, windows, strict text) and calls these.
 //!
 //! Provider metadata keys read and written: [`META_THOUGHT_SIGNATURE`] (Gemini, rendered back on
-//! the same part), [`META_ITEM_ID`] (Responses item id), [`META_SYNTHETIC_ID`] (the id was
-//! invented by toolstream, so it is never sent to a provider whose ids are optional).
+//! the same part), [`META_EXTRA_CONTENT`] (Gemini's OpenAI-compatible endpoint:
+//! `{"google":{"thought_signature":…}}`, rendered back on the same chat `tool_calls` entry),
+//! [`META_ITEM_ID`] (Responses item id), [`META_SYNTHETIC_ID`] (the id was invented by
+//! toolstream, so it is never sent to a provider whose ids are optional).
+//!
+//! Thought signatures ([`thought_signature`], [`renders_signature`]) are rendered only where a
+//! Gemini model reads them: the `gemini` target (either kind, on the `functionCall` part) and
+//! the `openai-chat` target for a signature that came from Gemini's OpenAI-compatible endpoint
+//! (as `extra_content`, where it came from). Every other target drops them, and the history
+//! says so ([`crate::history::RenderedHistory::dropped_signatures`]).
 
 pub mod anthropic;
 pub mod bedrock;
@@ -38,6 +46,9 @@ use std::str::FromStr;
 
 /// Metadata key of Gemini's `thoughtSignature` (a string), kept on the call.
 pub const META_THOUGHT_SIGNATURE: &str = "thoughtSignature";
+/// Metadata key of Gemini's OpenAI-compatible `extra_content` (`{"google":{"thought_signature":
+/// "…"}}`), kept on the call by the openai-chat decoder.
+pub const META_EXTRA_CONTENT: &str = "extra_content";
 /// Metadata key of the Responses API output item id (`fc_…`), kept on the call.
 pub const META_ITEM_ID: &str = "item_id";
 /// Metadata key set to `true` when the call id was invented by toolstream.
@@ -156,6 +167,39 @@ impl<'de> Deserialize<'de> for HistoryFormat {
         let name = String::deserialize(d)?;
         name.parse().map_err(serde::de::Error::custom)
     }
+}
+
+/// The Gemini thought signature of a call, from either metadata key: the native
+/// `thoughtSignature`, else the OpenAI-compatible `extra_content.google.thought_signature`.
+pub fn thought_signature(metadata: &Map<String, Value>) -> Option<&Value> {
+    metadata
+        .get(META_THOUGHT_SIGNATURE)
+        .or_else(|| {
+            metadata
+                .get(META_EXTRA_CONTENT)
+                .and_then(|e| e.pointer("/google/thought_signature"))
+        })
+        .filter(|s| s.is_string())
+}
+
+/// Whether `format` renders the thought signature of a call with `metadata`: `None` when the
+/// call has none, `Some(false)` when the target drops it (not a Gemini model's format).
+pub fn renders_signature(format: HistoryFormat, metadata: &Map<String, Value>) -> Option<bool> {
+    thought_signature(metadata)?;
+    Some(match format {
+        HistoryFormat::Gemini => true,
+        HistoryFormat::OpenaiChat => compat_extra_content(metadata).is_some(),
+        _ => false,
+    })
+}
+
+/// The `extra_content` to send back on an openai-chat tool call: a signature object from
+/// Gemini's OpenAI-compatible endpoint, never a native signature (that target may be OpenAI).
+pub(crate) fn compat_extra_content(metadata: &Map<String, Value>) -> Option<&Value> {
+    metadata.get(META_EXTRA_CONTENT).filter(|e| {
+        e.pointer("/google/thought_signature")
+            .is_some_and(Value::is_string)
+    })
 }
 
 /// Who speaks a plain text message.

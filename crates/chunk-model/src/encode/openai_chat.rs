@@ -8,11 +8,14 @@
 //!
 //! `arguments` is always a JSON *string* (the compact text of the parsed arguments). Mistral:
 //! `content: ""` instead of `null` and the function `name` on each tool message.
+//! A call made through Gemini's OpenAI-compatible endpoint carries its thought signature back
+//! as `extra_content: {"google":{"thought_signature":…}}` on its `tool_calls` entry (not for
+//! Mistral); parse reads it into the same metadata key.
 //! Lossy by nature: `is_error` (a tool message has no error flag; it is rendered only as text by
-//! the history policy) and provider metadata.
+//! the history policy) and other provider metadata.
 
 use super::parse::{content_text, str_at, Builder, HistoryParseError};
-use super::{EncCall, EncResult, HistoryFormat, Role};
+use super::{compat_extra_content, EncCall, EncResult, HistoryFormat, Role, META_EXTRA_CONTENT};
 use crate::call::ToolResult;
 use crate::snapshot::MessageSnapshot;
 use serde_json::{json, Map, Value};
@@ -22,11 +25,16 @@ pub fn calls(text: Option<&str>, calls: &[EncCall<'_>], mistral: bool) -> Vec<Va
     let tool_calls: Vec<Value> = calls
         .iter()
         .map(|c| {
-            json!({
+            let mut tc = json!({
                 "id": c.id,
                 "type": "function",
                 "function": {"name": c.name, "arguments": c.arguments.to_string()},
-            })
+            });
+            let extra = compat_extra_content(c.metadata).filter(|_| !mistral);
+            if let (Some(extra), Some(obj)) = (extra, tc.as_object_mut()) {
+                obj.insert(META_EXTRA_CONTENT.to_string(), extra.clone());
+            }
+            tc
         })
         .collect();
     let content = match (text, mistral) {
@@ -89,7 +97,11 @@ pub fn parse(
                         Some(Value::Null) | None => String::new(),
                         Some(other) => other.to_string(),
                     };
-                    b.push_call_raw(id, name.to_string(), raw, Map::new());
+                    let mut meta = Map::new();
+                    if let Some(extra) = tc.get(META_EXTRA_CONTENT) {
+                        meta.insert(META_EXTRA_CONTENT.to_string(), extra.clone());
+                    }
+                    b.push_call_raw(id, name.to_string(), raw, meta);
                 }
             }
             Some("tool") => {
