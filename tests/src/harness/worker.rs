@@ -99,7 +99,7 @@ impl Worker {
         }
         let child = cmd
             .args(&self.extra)
-            .env("RUST_LOG", "info,toolstream=debug")
+            .env("RUST_LOG", "info,toolstream=debug,sink=debug")
             .env_remove("TOOLSTREAM_CONFIG")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
