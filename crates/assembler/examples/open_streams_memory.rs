@@ -32,17 +32,32 @@
 //! | `open 2000 100000 1024` (191 MiB of text) | 516 MiB | 94 MiB |
 //! | `open 2048 524288 4096` (1 GiB of text) | 1,714 MiB | 141 MiB |
 //!
-//! `sustained 6 20000 4096 256` (after, default 7-day retention): 126 MiB at 30 s, 161 at
-//! 120 s, 202 at 210 s, 257 at 300 s, 283 MiB at 361 s with 108,138 messages completed: about
-//! 1.6 KB more per completed (and still stored) message, with the open streams steady at
-//! ~18,000. That growth follows the size of the sled database, not the open streams (the
-//! same slope with a 16 MiB page cache): sled keeps per-page state in memory for the whole
-//! database (spacejam/sled#1410, #986), so over a long run RSS is bounded by retention.
-//! With `TOOLSTREAM_CONFIG_JSON='{"retention_ms":60000}'` (`sustained 4 20000 4096 256`): 168
-//! MiB at 60 s, then a jump to 432 MiB within 20 s of retention starting to delete (1,000
-//! messages per tick), flat at 433–449 MiB from 80 s to 243 s. The same jump happens before
-//! this change (before: 564 MiB at 60 s, 795 at 80 s, 797 at 101 s): retention's deletes cost
-//! sled memory, a separate finding.
+//! Sustained load with retention deleting during the run (`retention_ms` 60 s, so deletes
+//! start a minute in):
+//! ```sh
+//! TOOLSTREAM_CONFIG_JSON='{"retention_ms":60000}' \
+//!   cargo run --release -p assembler --example open_streams_memory -- sustained 7 20000 4096 256
+//! ```
+//! Before the packed fingerprints and joined argument pieces (about 42 sled keys per completed
+//! 20-chunk message: one fingerprint per number, one argument piece per flushed fragment),
+//! RSS jumped by ~140 MiB when retention started deleting (124 MiB at 56 s, 265 at 74 s) and
+//! stayed there: median 281 MiB from 120 s to the end (420 s, 30,530 messages). After (about
+//! 6 keys per message): no jump, median 139 MiB over the same window, 139–143 MiB from 240 s
+//! to the end (33,749 messages). Same machine, both runs at the same time. A 10-minute run
+//! after (`sustained 10 ...`): 155–158 MiB from 150 s to 603 s, 71,108 messages. Where it went
+//! (heaptrack, before, 5,000 streams, 2 min, 20 s retention: heap peak 139 MiB ≈ RSS, so not
+//! allocator fragmentation; `MALLOC_ARENA_MAX=2` did not change RSS either): sled's per-page
+//! state (`PageCache::link`: a page record and its list of log fragments for every page,
+//! cached or not) 33 MiB, node contents in sled's cache 27 MiB, sled's fixed start-up
+//! allocation 20 MiB, node rewrites 12 MiB, the store's own open calls 5 MiB. After: heap
+//! peak 92 MiB, per-page state 8 MiB, node rewrites 5 MiB. Without retention (`sustained 6
+//! 20000 4096 256`), RSS grows by 1.1 KB per completed message kept (before: 2.2 KB), 0.7 KB
+//! with a 16 MiB sled cache (before: 2.6 KB): bounded by `retention_ms` × the completion rate.
+//! The open-stream figures did not move (this session, runs side by side under load):
+//! `open 100000 100` 236 MiB before, 213 MiB after (alone-ish: 184 / 244 MiB, the figure
+//! varies with load); `open 2048 524288 4096` 144 / 146 MiB. glibc keeps ~30 MiB more than
+//! the heap after bursts (sled's 512 KiB log buffers raise its dynamic mmap threshold):
+//! `sustained 1 20000 4096 256` 131 MiB, with `MALLOC_MMAP_THRESHOLD_=131072` 100 MiB.
 
 use assembler::{Config, Input, InputKind, Seq, Store};
 use chunk_model::Provider;

@@ -53,13 +53,18 @@ pub enum Space {
     Done,
     /// Fingerprints of the inputs applied at each producer sequence number, keyed by
     /// (stream, seq): a later input with the same number and other bytes is a conflicting
-    /// duplicate, not a redelivery. (Last, so the other spaces keep their prefixes.)
+    /// duplicate, not a redelivery. Written by stores before [`Space::SeenSets`]; still read
+    /// and deleted. (Last but one, so the other spaces keep their prefixes.)
     Seen,
+    /// The same fingerprints packed, one value per (stream, group of 32 numbers): see
+    /// `crate::store::seen` (`src/store/seen.rs`). (Last, so the other spaces keep their
+    /// prefixes.)
+    SeenSets,
 }
 
 impl Space {
     /// Every keyspace, in a fixed order.
-    pub const ALL: [Space; 10] = [
+    pub const ALL: [Space; 11] = [
         Space::Streams,
         Space::Messages,
         Space::Args,
@@ -70,6 +75,7 @@ impl Space {
         Space::Live,
         Space::Done,
         Space::Seen,
+        Space::SeenSets,
     ];
 
     /// Position in [`Space::ALL`].

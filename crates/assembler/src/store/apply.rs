@@ -160,13 +160,7 @@ fn duplicate(txn: &mut Txn<'_>, skey: &[u8], item: &Item<'_>) -> Result<Applied,
     let Seq::Producer(s) = item.seq else {
         return Ok(Applied::Duplicate);
     };
-    let first = match txn.storage.get(Space::Seen, &keys::parked(skey, s))? {
-        Some(v) => v
-            .get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_be_bytes),
-        None => None,
-    };
+    let first = super::seen::lookup(txn, skey, s)?;
     match first {
         Some(fp) if fp != fingerprint(item.control, item.body) => {
             Ok(dead_letter(txn, item, &conflicting_duplicate()))
@@ -210,17 +204,12 @@ fn lose(
 /// dead-lettered), so that other bytes under that number later are a conflicting duplicate.
 fn record_seen(txn: &mut Txn<'_>, skey: &[u8], item: &Item<'_>) {
     if let Seq::Producer(s) = item.seq {
-        let fp = fingerprint(item.control, item.body);
-        txn.writes.put(
-            Space::Seen,
-            keys::parked(skey, s),
-            fp.to_be_bytes().to_vec(),
-        );
+        txn.note_seen(skey, s, fingerprint(item.control, item.body));
     }
 }
 
 /// A stable fingerprint (FNV-1a, 64 bit) of an input's bytes and control header, stored per
-/// producer sequence number ([`Space::Seen`]).
+/// producer sequence number (packed in [`Space::SeenSets`], see `store/seen.rs`).
 pub(crate) fn fingerprint(control: Option<&Control>, body: &[u8]) -> u64 {
     let tag: &[u8] = match control {
         None => b"c",

@@ -26,6 +26,7 @@ mod inner;
 pub mod records;
 mod results;
 mod retention;
+mod seen;
 mod snapshot;
 mod tick;
 mod txn;

@@ -37,6 +37,8 @@ pub(crate) struct Txn<'a> {
     order_moved: bool,
     /// Results-keyspace writes of this unit, readable before the commit (`None`: deleted).
     results_overlay: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Fingerprints of the producer numbers taken by this unit (see [`super::seen`]).
+    seen: super::seen::Staged,
 }
 
 impl<'a> Txn<'a> {
@@ -53,7 +55,18 @@ impl<'a> Txn<'a> {
             events: 0,
             order_moved: false,
             results_overlay: std::collections::HashMap::new(),
+            seen: super::seen::Staged::new(),
         }
+    }
+
+    /// Notes the fingerprint of the input that took producer number `seq` of stream `skey`.
+    pub fn note_seen(&mut self, skey: &[u8], seq: u64, fp: u64) {
+        super::seen::stage(&mut self.seen, skey, seq, fp);
+    }
+
+    /// The fingerprints noted by this unit so far.
+    pub fn staged_seen(&self) -> &super::seen::Staged {
+        &self.seen
     }
 
     /// Whether the stream exists (in the cache or in storage).
@@ -384,6 +397,9 @@ impl<'a> Txn<'a> {
                 self.inner.order_next.to_be_bytes().to_vec(),
             );
         }
+        let seen = std::mem::take(&mut self.seen);
+        super::seen::write_staged(self.storage, seen, &mut self.writes)?;
+        self.compact_completed_args()?;
         let writes = std::mem::take(&mut self.writes);
         self.storage.commit(writes)?;
         // Trim the cache to what stays live, and update the timer indexes.
@@ -426,6 +442,49 @@ impl<'a> Txn<'a> {
         }
         self.inner.message_order.extend(kept);
         Ok((self.events, self.rows))
+    }
+}
+
+impl Txn<'_> {
+    /// Rewrites the argument pieces of the calls of each message this unit completed as ONE
+    /// value per call (and per call's structured pieces) under the first piece's key: readers
+    /// concatenate a call's pieces in key order, so the text is the same, and a completed
+    /// message keeps two keys per call until retention instead of one per fragment flushed
+    /// (every stored key costs sled memory for as long as it exists). Nothing is appended to
+    /// a completed message's calls afterwards.
+    fn compact_completed_args(&mut self) -> Result<(), StoreError> {
+        let completed: Vec<(Vec<u8>, usize)> = self
+            .dirty_messages
+            .iter()
+            .filter_map(|key| {
+                let m = self.inner.messages.get(key)?;
+                (m.phase == MessagePhase::Completed).then(|| (key.clone(), m.calls.len()))
+            })
+            .collect();
+        for (mkey, calls) in completed {
+            for pos in 0..calls as u32 {
+                for call in [pos, pos | keys::PATH_PIECES] {
+                    let pieces = self.staged_scan(Space::Args, &keys::args_prefix(&mkey, call))?;
+                    let mut pieces = pieces.into_iter();
+                    let Some((first, mut joined)) = pieces.next() else {
+                        continue;
+                    };
+                    let mut rest = Vec::new();
+                    for (k, v) in pieces {
+                        joined.extend_from_slice(&v);
+                        rest.push(k);
+                    }
+                    if rest.is_empty() {
+                        continue;
+                    }
+                    for k in rest {
+                        self.writes.delete(Space::Args, k);
+                    }
+                    self.writes.put(Space::Args, first, joined);
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,163 @@
+//! Fingerprints of the inputs that took each producer sequence number, packed: ONE value per
+//! stream and group of [`GROUP`] numbers ([`Space::SeenSets`]), instead of one key per
+//! number.
+//!
+//! Why: every key the store keeps costs memory in sled for as long as it exists (sled keeps
+//! per-page state in memory for the whole database, and its leaves hold at most 16 keys), and
+//! a message keeps its fingerprints until retention deletes it. One key per chunk was more
+//! than half of a completed message's keys; packed, a stream of up to [`GROUP`] numbers has
+//! one. The rewrite of a group per input is small (at most [`GROUP`] × 9 bytes) and the
+//! write-back buffer collapses the rewrites of one batch into one sled write.
+//!
+//! Value: entries of 9 bytes, `slot` (the number modulo [`GROUP`]) then the fingerprint
+//! (u64, big-endian), sorted by slot, one per slot. A later fingerprint for a slot replaces
+//! the earlier one (as a later write of a per-number key did).
+//!
+//! Stores written before this have per-number keys in [`Space::Seen`]; [`lookup`] still
+//! reads them (after the packed ones) and retention deletes both.
+
+use super::txn::Txn;
+use crate::error::StoreError;
+use crate::keys;
+use crate::storage::{Space, Storage, WriteSet};
+use std::collections::BTreeMap;
+
+/// Producer sequence numbers per packed value.
+pub const GROUP: u64 = 32;
+
+/// Bytes of one entry: slot, fingerprint.
+const ENTRY: usize = 9;
+
+/// Fingerprints noted by a unit of work and not yet written: group key → slot → fingerprint.
+pub(crate) type Staged = BTreeMap<Vec<u8>, BTreeMap<u8, u64>>;
+
+/// The key of the group holding `seq` of stream `skey`.
+fn group_key(skey: &[u8], seq: u64) -> Vec<u8> {
+    keys::parked(skey, seq / GROUP)
+}
+
+fn slot(seq: u64) -> u8 {
+    // GROUP ≤ 256: the remainder fits
+    (seq % GROUP) as u8
+}
+
+/// The entries of a stored group value (a truncated tail entry is ignored).
+fn entries(value: &[u8]) -> impl Iterator<Item = (u8, u64)> + '_ {
+    value.chunks_exact(ENTRY).filter_map(|e| {
+        let (s, fp) = e.split_first()?;
+        Some((*s, u64::from_be_bytes(fp.try_into().ok()?)))
+    })
+}
+
+/// Notes that `seq` of stream `skey` was taken by an input with fingerprint `fp` (written by
+/// [`write_staged`] at the unit's commit).
+pub(crate) fn stage(staged: &mut Staged, skey: &[u8], seq: u64, fp: u64) {
+    staged
+        .entry(group_key(skey, seq))
+        .or_default()
+        .insert(slot(seq), fp);
+}
+
+/// Adds the staged fingerprints to their stored groups (one put per group touched).
+pub(crate) fn write_staged(
+    storage: &dyn Storage,
+    staged: Staged,
+    writes: &mut WriteSet,
+) -> Result<(), StoreError> {
+    for (gkey, new) in staged {
+        let mut all: BTreeMap<u8, u64> = match storage.get(Space::SeenSets, &gkey)? {
+            Some(v) => entries(&v).collect(),
+            None => BTreeMap::new(),
+        };
+        all.extend(new);
+        let mut value = Vec::with_capacity(all.len() * ENTRY);
+        for (s, fp) in all {
+            value.push(s);
+            value.extend_from_slice(&fp.to_be_bytes());
+        }
+        writes.put(Space::SeenSets, gkey, value);
+    }
+    Ok(())
+}
+
+/// The fingerprint of the input that took `seq` of stream `skey`, if one did: this unit's
+/// staged ones first, then the stored group, then a per-number key of an older store.
+pub(crate) fn lookup(txn: &Txn<'_>, skey: &[u8], seq: u64) -> Result<Option<u64>, StoreError> {
+    let gkey = group_key(skey, seq);
+    let s = slot(seq);
+    if let Some(fp) = txn.staged_seen().get(&gkey).and_then(|g| g.get(&s)) {
+        return Ok(Some(*fp));
+    }
+    if let Some(v) = txn.storage.get(Space::SeenSets, &gkey)? {
+        if let Some((_, fp)) = entries(&v).find(|(e, _)| *e == s) {
+            return Ok(Some(fp));
+        }
+    }
+    Ok(txn
+        .storage
+        .get(Space::Seen, &keys::parked(skey, seq))?
+        .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+        .map(u64::from_be_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::memory::MemoryStorage;
+
+    fn stored(storage: &MemoryStorage, staged: Staged) {
+        let mut w = WriteSet::default();
+        write_staged(storage, staged, &mut w).unwrap();
+        storage.commit(w).unwrap();
+    }
+
+    #[test]
+    fn one_value_per_group_and_later_fingerprints_replace_earlier_ones() {
+        let storage = MemoryStorage::new();
+        let mut staged = Staged::new();
+        for seq in 0..40 {
+            stage(&mut staged, b"s", seq, seq * 10);
+        }
+        stored(&storage, staged);
+        assert_eq!(
+            storage.count(Space::SeenSets).unwrap(),
+            2,
+            "0..32 and 32..40"
+        );
+        let mut staged = Staged::new();
+        stage(&mut staged, b"s", 3, 7);
+        stage(&mut staged, b"s", 41, 9);
+        stored(&storage, staged);
+        let group0: Vec<_> = entries(
+            &storage
+                .get(Space::SeenSets, &group_key(b"s", 0))
+                .unwrap()
+                .unwrap(),
+        )
+        .collect();
+        assert_eq!(group0.len(), 32);
+        assert_eq!(group0[3], (3, 7));
+        assert_eq!(group0[4], (4, 40));
+        let group1: Vec<_> = entries(
+            &storage
+                .get(Space::SeenSets, &group_key(b"s", 33))
+                .unwrap()
+                .unwrap(),
+        )
+        .collect();
+        assert_eq!(
+            group1,
+            vec![
+                (0, 320),
+                (1, 330),
+                (2, 340),
+                (3, 350),
+                (4, 360),
+                (5, 370),
+                (6, 380),
+                (7, 390),
+                (9, 9)
+            ]
+        );
+    }
+}
