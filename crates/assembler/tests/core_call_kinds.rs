@@ -278,3 +278,73 @@ fn the_kind_survives_the_stored_form_of_a_message() {
     let old: MessageState = serde_json::from_str(&old).expect("old form");
     assert_eq!(old.calls[0].kind, CallKind::Function);
 }
+
+/// A recorded stream under `tests/recordings/`, decoded and stepped through the core: the
+/// `message.completed` calls and the in-stream results the step handed on.
+fn replay(rel: &str) -> (Vec<chunk_model::CallOutcome>, Vec<chunk_model::ResultInput>) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/recordings")
+        .join(rel);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let frames = chunk_model::framing::split(&bytes).expect("frames");
+    let mut m = Msg::new();
+    let mut results = Vec::new();
+    for f in frames {
+        for ev in chunk_model::decode(Provider::OpenaiResponses, &f.data).expect("decodes") {
+            let mut out = StepOutput::default();
+            core::step(&mut m.state, ev, &Limits::default(), &mut out);
+            m.events.extend(out.events);
+            results.extend(out.results);
+            m.events.extend(core::complete_if_done(&mut m.state));
+        }
+    }
+    (m.completed().calls.clone().expect("calls"), results)
+}
+
+#[test]
+fn recorded_responses_streams_of_the_new_call_shapes_assemble() {
+    let (calls, _) = replay("openai-responses/custom_tool_call.sse");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].status, CallStatus::Completed);
+    assert_eq!(calls[0].tool_call.kind, CallKind::Custom);
+    assert_eq!(calls[0].tool_call.id, "call_Xq7LmN2pR4");
+    let text = calls[0].tool_call.raw_arguments.clone();
+    assert!(text.starts_with("*** Begin Patch\n") && text.ends_with("*** End Patch"));
+    assert_eq!(calls[0].tool_call.arguments, Value::String(text));
+
+    let (calls, _) = replay("openai-responses/function_call_item_incomplete.sse");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].status, CallStatus::Invalid);
+    assert_eq!(calls[0].reason.as_deref(), Some("truncated"));
+
+    let (calls, results) = replay("openai-responses/mcp_call.sse");
+    assert_eq!(
+        calls.len(),
+        1,
+        "mcp_list_tools and the message are not calls"
+    );
+    assert_eq!(calls[0].tool_call.kind, CallKind::Mcp);
+    assert_eq!(
+        calls[0].tool_call.id,
+        "mcp_68c1a4135e4c8190a3b5c7d9e1f3a5b7"
+    );
+    assert_eq!(
+        calls[0].tool_call.arguments,
+        json!({"repoName":"tokio-rs/tokio","question":"How does the scheduler steal work?"})
+    );
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].tool_call_id(), calls[0].tool_call.id);
+
+    let (calls, results) = replay("openai-responses/mcp_approval_request.sse");
+    let kinds: Vec<CallKind> = calls.iter().map(|c| c.tool_call.kind).collect();
+    assert_eq!(kinds, vec![CallKind::Mcp, CallKind::McpApprovalRequest]);
+    assert!(calls.iter().all(|c| c.status == CallStatus::Completed));
+    assert_eq!(
+        calls[1].tool_call.id,
+        "mcpr_68c1a5027d3c8190b4c6d8e0f2a4c6e8"
+    );
+    assert!(matches!(
+        &results[..],
+        [chunk_model::ResultInput::Complete(r)] if r.is_error && r.tool_call_id == calls[0].tool_call.id
+    ));
+}
