@@ -282,6 +282,13 @@ fn the_kind_survives_the_stored_form_of_a_message() {
 /// A recorded stream under `tests/recordings/`, decoded and stepped through the core: the
 /// `message.completed` calls and the in-stream results the step handed on.
 fn replay(rel: &str) -> (Vec<chunk_model::CallOutcome>, Vec<chunk_model::ResultInput>) {
+    replay_as(Provider::OpenaiResponses, rel)
+}
+
+fn replay_as(
+    provider: Provider,
+    rel: &str,
+) -> (Vec<chunk_model::CallOutcome>, Vec<chunk_model::ResultInput>) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/recordings")
         .join(rel);
@@ -290,7 +297,7 @@ fn replay(rel: &str) -> (Vec<chunk_model::CallOutcome>, Vec<chunk_model::ResultI
     let mut m = Msg::new();
     let mut results = Vec::new();
     for f in frames {
-        for ev in chunk_model::decode(Provider::OpenaiResponses, &f.data).expect("decodes") {
+        for ev in chunk_model::decode(provider, &f.data).expect("decodes") {
             let mut out = StepOutput::default();
             core::step(&mut m.state, ev, &Limits::default(), &mut out);
             m.events.extend(out.events);
@@ -346,5 +353,36 @@ fn recorded_responses_streams_of_the_new_call_shapes_assemble() {
     assert!(matches!(
         &results[..],
         [chunk_model::ResultInput::Complete(r)] if r.is_error && r.tool_call_id == calls[0].tool_call.id
+    ));
+}
+
+#[test]
+fn recorded_anthropic_server_and_mcp_tool_streams_assemble_with_their_results() {
+    let (calls, results) = replay_as(Provider::Anthropic, "anthropic/server_tool_web_search.sse");
+    let kinds: Vec<CallKind> = calls.iter().map(|c| c.tool_call.kind).collect();
+    assert_eq!(kinds, vec![CallKind::ServerTool, CallKind::Function]);
+    assert!(calls.iter().all(|c| c.status == CallStatus::Completed));
+    assert_eq!(
+        calls[0].tool_call.arguments,
+        json!({"query": "tokio latest release"})
+    );
+    assert_eq!(calls[0].tool_call.index, 0, "text blocks are not calls");
+    assert!(matches!(
+        &results[..],
+        [chunk_model::ResultInput::Complete(r)]
+            if r.tool_call_id == calls[0].tool_call.id && !r.is_error
+    ));
+
+    let (calls, results) = replay_as(Provider::Anthropic, "anthropic/mcp_tool_use.sse");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].tool_call.kind, CallKind::Mcp);
+    assert_eq!(
+        calls[0].tool_call.provider_metadata.get("server_name"),
+        Some(&json!("deepwiki"))
+    );
+    assert!(matches!(
+        &results[..],
+        [chunk_model::ResultInput::Complete(r)]
+            if r.tool_call_id == calls[0].tool_call.id && r.output == "Tokio 1.47.1 is the latest release."
     ));
 }

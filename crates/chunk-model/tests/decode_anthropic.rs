@@ -7,8 +7,11 @@
 
 mod support;
 
-use chunk_model::{ChunkEvent, DecodeError, Finish, Provider};
+use chunk_model::{
+    CallFragment, CallKind, ChunkEvent, DecodeError, Finish, Provider, ResultInput, ToolResult,
+};
 use proptest::prelude::*;
+use serde_json::json;
 use support::*;
 
 const P: Provider = Provider::Anthropic;
@@ -167,16 +170,111 @@ fn thinking_block_with_signature_before_the_tool_block_yields_only_its_stop() {
 }
 
 #[test]
-fn server_tool_use_block_is_a_call() {
+fn server_tool_use_block_is_a_call_of_kind_server_tool() {
     let chunk = r#"{"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use","id":"srvtoolu_014hJH82Qum7Td6UV8gDXThB","name":"web_search","input":{}}}"#;
     assert_eq!(
         decode_ok(P, chunk),
-        vec![frag(
-            idx_id(1, "srvtoolu_014hJH82Qum7Td6UV8gDXThB"),
-            Some("web_search"),
-            None
+        vec![ChunkEvent::CallFragment(CallFragment {
+            at: idx_id(1, "srvtoolu_014hJH82Qum7Td6UV8gDXThB"),
+            name: Some("web_search".into()),
+            kind: Some(CallKind::ServerTool),
+            ..CallFragment::default()
+        })]
+    );
+}
+
+#[test]
+fn mcp_tool_use_block_is_a_call_of_kind_mcp_with_its_server_kept() {
+    let chunk = r#"{"type":"content_block_start","index":0,"content_block":{"type":"mcp_tool_use","id":"mcptoolu_01A","name":"echo","server_name":"example-mcp","input":{}}}"#;
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("server_name".into(), json!("example-mcp"));
+    assert_eq!(
+        decode_ok(P, chunk),
+        vec![ChunkEvent::CallFragment(CallFragment {
+            at: idx_id(0, "mcptoolu_01A"),
+            name: Some("echo".into()),
+            kind: Some(CallKind::Mcp),
+            metadata,
+            ..CallFragment::default()
+        })]
+    );
+    // a plain tool_use states no kind (function)
+    let chunk = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}"#;
+    assert!(matches!(&decode_ok(P, chunk)[..], [ChunkEvent::CallFragment(f)] if f.kind.is_none()));
+}
+
+fn result(id: &str, output: &str, is_error: bool) -> ChunkEvent {
+    ChunkEvent::ToolResult(ResultInput::Complete(ToolResult {
+        tool_call_id: id.into(),
+        output: output.into(),
+        is_error,
+    }))
+}
+
+#[test]
+fn server_tool_result_blocks_are_results_for_their_call() {
+    let search = r#"{"type":"content_block_start","index":2,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[{"type":"web_search_result","title":"Rust 1.90","url":"https://blog.rust-lang.org/","encrypted_content":"EqgfCioIARgB","page_age":"September 18, 2025"}]}}"#;
+    assert_eq!(
+        decode_ok(P, search),
+        vec![result(
+            "srvtoolu_1",
+            r#"[{"encrypted_content":"EqgfCioIARgB","page_age":"September 18, 2025","title":"Rust 1.90","type":"web_search_result","url":"https://blog.rust-lang.org/"}]"#,
+            false
         )]
     );
+    let failed = r#"{"type":"content_block_start","index":2,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"web_search_tool_result_error","error_code":"max_uses_exceeded"}}}"#;
+    assert_eq!(
+        decode_ok(P, failed),
+        vec![result(
+            "srvtoolu_1",
+            r#"{"error_code":"max_uses_exceeded","type":"web_search_tool_result_error"}"#,
+            true
+        )]
+    );
+    let mcp = r#"{"type":"content_block_start","index":1,"content_block":{"type":"mcp_tool_result","tool_use_id":"mcptoolu_01A","is_error":false,"content":[{"type":"text","text":"Hello, "},{"type":"text","text":"world"}]}}"#;
+    assert_eq!(
+        decode_ok(P, mcp),
+        vec![result("mcptoolu_01A", "Hello, world", false)]
+    );
+    let mcp_error = r#"{"type":"content_block_start","index":1,"content_block":{"type":"mcp_tool_result","tool_use_id":"mcptoolu_01A","is_error":true,"content":"tool crashed"}}"#;
+    assert_eq!(
+        decode_ok(P, mcp_error),
+        vec![result("mcptoolu_01A", "tool crashed", true)]
+    );
+    // a result block without a usable tool_use_id, or with odd fields, never fails the chunk
+    for c in [
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"mcp_tool_result","content":[]}}"#,
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"code_execution_tool_result","tool_use_id":7,"is_error":"yes"}}"#,
+    ] {
+        assert_eq!(decode_ok(P, c), vec![], "{c}");
+    }
+    // its stop is the stop of a block that holds no call
+    let stop = r#"{"type":"content_block_stop","index":2}"#;
+    assert!(matches!(&decode_ok(P, stop)[..], [ChunkEvent::CallEnd(_)]));
+}
+
+#[test]
+fn recorded_server_and_mcp_tool_streams_decode_calls_and_results() {
+    let events = decode_recording(P, "anthropic/server_tool_web_search.sse");
+    let kinds: Vec<Option<CallKind>> = events
+        .iter()
+        .filter_map(|e| match e {
+            ChunkEvent::CallFragment(f) if f.name.is_some() => Some(f.kind),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, vec![Some(CallKind::ServerTool), None]);
+    let results: Vec<&ChunkEvent> = events
+        .iter()
+        .filter(|e| matches!(e, ChunkEvent::ToolResult(_)))
+        .collect();
+    assert_eq!(results.len(), 1);
+    let events = decode_recording(P, "anthropic/mcp_tool_use.sse");
+    assert!(events.contains(&result(
+        "mcptoolu_014Zx8bQm2KcV5nR7tYp3L9d",
+        "Tokio 1.47.1 is the latest release.",
+        false
+    )));
 }
 
 #[test]

@@ -1,10 +1,18 @@
 //! Anthropic Messages streaming: one SSE `data:` JSON event (each with a `type`) → chunk events.
 //!
 //! What each event type means here:
-//! - `content_block_start` with a `tool_use` / `server_tool_use` block → a fragment with the
-//!   block `index`, the call `id` and `name`. The block's `input` is ignored: Anthropic always
-//!   sends `{}` there and streams the real input as `input_json_delta`s; a tool that takes no
-//!   input gets no deltas and its empty text means `{}` downstream, so nothing is lost.
+//! - `content_block_start` with a `tool_use` / `server_tool_use` / `mcp_tool_use` block → a
+//!   fragment with the block `index`, the call `id` and `name`, and the call's kind
+//!   (`function`, `server_tool`, `mcp`; an MCP block's `server_name` is kept as metadata). The
+//!   block's `input` is ignored: Anthropic always sends `{}` there and streams the real input
+//!   as `input_json_delta`s; a tool that takes no input gets no deltas and its empty text
+//!   means `{}` downstream, so nothing is lost.
+//! - `content_block_start` with a server tool's result block (`web_search_tool_result`,
+//!   `mcp_tool_result`, `code_execution_tool_result`, any `*_tool_result` with a
+//!   `tool_use_id`) → a whole tool result for that call: the `content` as its text (a string
+//!   as is, text blocks joined, anything else as compact JSON), `is_error` from the block's
+//!   `is_error` or an error content (`*_error` type). A result block without a `tool_use_id`
+//!   is skipped, never an error.
 //! - `content_block_delta` with `input_json_delta` → `partial_json` appended at `index` (the
 //!   first one is often `""`); text, thinking, signature and citation deltas → nothing.
 //! - `content_block_stop` → an end for that `index`, for every block: the assembler ignores
@@ -20,7 +28,9 @@
 //! string is read as no reason.
 
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
+use crate::call::{CallKind, ResultInput, ToolResult};
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
 use crate::decode::lenient::{opt_object, FinishReason, Loose, SoftIndex};
 use crate::decode::text::{provider_message, JsonText, Text};
@@ -57,6 +67,18 @@ struct Block<'a> {
     id: Option<Loose<'a>>,
     #[serde(borrow, default)]
     name: Option<Loose<'a>>,
+    /// The MCP server of an `mcp_tool_use` block (kept as metadata, never needed).
+    #[serde(borrow, default)]
+    server_name: Option<Loose<'a>>,
+    /// The call a result block answers.
+    #[serde(borrow, default)]
+    tool_use_id: Option<Loose<'a>>,
+    /// A result block's content (any JSON).
+    #[serde(default)]
+    content: Option<serde_json::Value>,
+    /// A result block's error flag (`mcp_tool_result`); only `true` counts.
+    #[serde(default)]
+    is_error: Option<serde_json::Value>,
 }
 
 /// `delta` of `content_block_delta` or `message_delta`.
@@ -100,18 +122,24 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
         )),
     };
     let out = match event.kind.as_str() {
-        "content_block_start" => match event.content_block {
-            Some(block)
-                if block
-                    .kind
-                    .as_ref()
-                    .is_some_and(|k| matches!(k, Loose::Str(k) if is_tool_block(k))) =>
-            {
+        "content_block_start" => {
+            let Some(block) = event.content_block else {
+                return Ok(Vec::new());
+            };
+            let block_kind = match &block.kind {
+                Some(Loose::Str(k)) => k.to_string(),
+                _ => return Ok(Vec::new()),
+            };
+            if let Some(kind) = tool_block_kind(&block_kind) {
                 let index = at_index(event.index)?;
                 let text = |value: Option<Loose<'_>>, field: &str| match value {
                     None => Ok(None),
                     Some(v) => v.need_text().map_err(|problem| bad(field, problem)),
                 };
+                let mut metadata = Map::new();
+                if let Some(server) = block.server_name.and_then(Loose::into_text) {
+                    metadata.insert("server_name".into(), Value::String(server.into_owned()));
+                }
                 vec![ChunkEvent::CallFragment(CallFragment {
                     at: CallRef {
                         index: Some(index),
@@ -119,11 +147,16 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                         item_id: None,
                     },
                     name: text(block.name, "content_block.name")?,
+                    kind: (kind != CallKind::Function).then_some(kind),
+                    metadata,
                     ..CallFragment::default()
                 })]
+            } else if block_kind.ends_with("_tool_result") {
+                result_block(block).into_iter().collect()
+            } else {
+                Vec::new()
             }
-            _ => Vec::new(),
-        },
+        }
         "content_block_delta" => match event.delta {
             Some(delta) if matches!(&delta.kind, Some(Loose::Str(k)) if k == "input_json_delta") => {
                 let index = at_index(event.index)?;
@@ -166,9 +199,54 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     Ok(out)
 }
 
-/// Blocks that are tool calls: client tools and server tools (web search, code execution).
-fn is_tool_block(kind: &str) -> bool {
-    matches!(kind, "tool_use" | "server_tool_use")
+/// The kind of call a block is, if it is one: client tools, server tools (web search, code
+/// execution, web fetch, ...) and MCP connector tools.
+fn tool_block_kind(kind: &str) -> Option<CallKind> {
+    match kind {
+        "tool_use" => Some(CallKind::Function),
+        "server_tool_use" => Some(CallKind::ServerTool),
+        "mcp_tool_use" => Some(CallKind::Mcp),
+        _ => None,
+    }
+}
+
+/// A server tool's result block as a whole tool result for the call it names (`None`
+/// without a usable `tool_use_id`: the block is skipped, the stream goes on).
+fn result_block(block: Block<'_>) -> Option<ChunkEvent> {
+    let tool_call_id = block
+        .tool_use_id
+        .and_then(Loose::into_text)
+        .filter(|id| !id.trim().is_empty())?
+        .into_owned();
+    let content = block.content.unwrap_or(Value::Null);
+    let error_content = |v: &Value| {
+        v.get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.ends_with("_error"))
+    };
+    let is_error = block.is_error == Some(Value::Bool(true)) || error_content(&content);
+    let output = match &content {
+        Value::String(s) => s.clone(),
+        Value::Array(items)
+            if !items.is_empty()
+                && items
+                    .iter()
+                    .all(|b| b.get("type").and_then(Value::as_str) == Some("text")) =>
+        {
+            items
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("")
+        }
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    Some(ChunkEvent::ToolResult(ResultInput::Complete(ToolResult {
+        tool_call_id,
+        output,
+        is_error,
+    })))
 }
 
 /// Normalizes `stop_reason`.
