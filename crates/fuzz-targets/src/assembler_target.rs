@@ -5,7 +5,8 @@
 //! The generator knows what it sent, so it can check:
 //! - no panic, no storage error;
 //! - every event id appears once;
-//! - a `completed` call's `arguments` is `parse_arguments(raw_arguments)`;
+//! - a `completed` call's `arguments` is `parse_arguments(raw_arguments)` (for a `custom` call:
+//!   `raw_arguments` as a JSON string);
 //! - in a message that lost nothing (no skipped sequence number, no raw bytes, no dead
 //!   letter), a `completed` call's `raw_arguments` is exactly the concatenation of the
 //!   argument fragments sent to it before its message's end, in sequence order (reordered
@@ -557,7 +558,12 @@ pub fn assembler_checked(data: &[u8]) -> Checked {
         if ty != "tool_call.completed" {
             continue;
         }
-        let parsed = chunk_model::parse_arguments(&call.raw_arguments).expect("completed parses");
+        // (a custom call's free text is never parsed: its arguments are the text as a string)
+        let parsed = if call.kind.is_free_text() {
+            serde_json::Value::String(call.raw_arguments.clone())
+        } else {
+            chunk_model::parse_arguments(&call.raw_arguments).expect("completed parses")
+        };
         assert_eq!(call.arguments, parsed, "arguments are the parsed raw text");
         let Some((msg, m)) = run
             .messages
