@@ -17,7 +17,7 @@ use assembler::core::{self, emit, Limits, MessagePhase, MessageState, PendingRes
 use assembler::storage::sled_backend::SledStorage;
 use assembler::{Config, Input, InputKind, Seq, Store};
 use chunk_model::wire::Reason;
-use chunk_model::{Event, EventType, MessageSnapshot, MessageStatus, Provider, ResultInput};
+use chunk_model::{Event, EventType, MessageSnapshot, Provider, ResultInput};
 use common::{oa_delta, oa_finish};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
@@ -433,21 +433,7 @@ impl Model {
     }
 
     fn snapshot(&self, msg: &str) -> Option<MessageSnapshot> {
-        let m = self.msgs.get(msg)?;
-        Some(MessageSnapshot {
-            conversation_id: m.conversation_id.clone(),
-            message_id: m.message_id.clone(),
-            provider: m.provider,
-            status: if m.phase == MessagePhase::Completed {
-                MessageStatus::Completed
-            } else {
-                MessageStatus::Streaming
-            },
-            finish_reason: m.finish_reason.clone(),
-            calls: emit::outcomes(m),
-            tool_results: m.tool_results.clone(),
-            orphaned_results: m.orphaned_results.clone(),
-        })
+        self.msgs.get(msg).map(core::snapshot::to_snapshot)
     }
 }
 
