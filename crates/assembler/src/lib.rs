@@ -31,6 +31,8 @@
 //!   - `store::dead_letter` — an input's facts and its dead-letter row.
 //!   - `store::retention` — deleting completed messages after `retention_ms` (the
 //!     [`storage::Space::Done`] index, stream tombstones, what happens on redelivery).
+//!   - `store::seen` — which producer numbers a stream has seen, packed per 32 numbers
+//!     (one value per group, so a retained message keeps few keys).
 //!   - `store::attempts` — the durable note of an input applied alone, and the stops of the
 //!     process while applying it (poison detection, see the worker's consume loop).
 //!   - `store::tick`, `store::snapshot`, `store::txn` (a unit of work), `store::inner`

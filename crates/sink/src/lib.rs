@@ -24,6 +24,8 @@
 //!   with their body cut (`Toolstream-Body-*` headers), query replies by reference.
 //! - `jsonl.rs` — the JSON-lines sink on the same [`outbox::Outbox`] (stdout for
 //!   `toolstream replay`, files).
+//! - `testing.rs` (tests only) — fakes for the paused-time tests: a scripted publisher and an
+//!   in-memory outbox.
 //! - `tests/jetstream.rs` — the relay against a real nats-server (testkit): `Nats-Msg-Id`,
 //!   deduplicated re-publish, an oversized event by reference.
 

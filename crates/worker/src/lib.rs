@@ -17,6 +17,8 @@
 //!   - `run/args.rs` (the flags and environment variables, laid over the file),
 //!     `run/config.rs` (the typed settings, defaults, the TOML file), `run/validate.rs` (the
 //!     settings refused together), `run/duration.rs` (human durations);
+//!   - `run/ready.rs` — provisioning retried (with `sink::backoff::Backoff`) until the server is
+//!     ready, or a fatal error ends the start;
 //!   - `run/shutdown.rs` — the one stop path; `run/private_dir.rs` — the data directory,
 //!     created 0700; `run/redact.rs` — what logs may show of a reason;
 //!   - `run/failpoints.rs` — test crashes, compiled only with the feature `failpoints`.
@@ -31,7 +33,9 @@
 //!   - `consume/apply.rs` — applying on the blocking pool, storage errors retried in place;
 //!   - `consume/poison.rs` — a redelivered input applied alone, behind a note;
 //!   - `consume/settle.rs` — ack, term or nak, decided once; straight dead letters;
-//!   - `consume/watermark.rs` — the settled watermark, the clock of the store's timers.
+//!   - `consume/watermark.rs` — the settled watermark, the clock of the store's timers;
+//!   - `consume/testing.rs`, `consume/nats_tests.rs` — test-only: fakes for the paused-time
+//!     tests, and the loop run in-process against a real nats-server.
 //! - `serve/` — what the worker answers: `serve/query.rs` (snapshots and history over the
 //!   NATS service API), `serve/http.rs` (`/metrics`, `/healthz`), `serve/metrics.rs` (the
 //!   counters and histograms).

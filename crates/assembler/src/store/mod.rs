@@ -13,6 +13,10 @@
 //! - `tick` — gap, idle and orphan timeouts, then retention.
 //! - `retention` — deleting completed messages `retention_ms` after completion (bounded per
 //!   tick; the redelivery decision is documented there).
+//! - `seen` — the producer numbers a stream has seen (duplicate detection), packed per 32
+//!   numbers into one value; staged in the unit of work, merged at commit.
+//! - `attempts` — the durable note of an input applied alone, and the process stops while
+//!   applying it (poison detection).
 //! - `snapshot` — what is stored for a message or a conversation.
 //! - [`records`] — stored record forms.
 //! - `inner` — the in-memory part: cache, timers index, counters; rebuilt from storage on
