@@ -6,54 +6,14 @@
 // A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use assembler::core::{self, Limits, MessageState, StepOutput};
 use chunk_model::{
-    CallEnd, CallFragment, CallKind, CallRef, CallStatus, ChunkEvent, Event, EventType, Finish,
-    Provider,
+    CallEnd, CallFragment, CallKind, CallRef, CallStatus, ChunkEvent, EventType, Finish, Provider,
 };
+use common::Msg;
 use serde_json::{json, Value};
-
-struct Msg {
-    state: MessageState,
-    events: Vec<Event>,
-}
-
-impl Msg {
-    fn new() -> Msg {
-        Msg {
-            state: MessageState::new("conv", "msg", Some(Provider::OpenaiResponses), 0),
-            events: Vec::new(),
-        }
-    }
-
-    fn feed(&mut self, ev: ChunkEvent) {
-        let mut out = StepOutput::default();
-        core::step(&mut self.state, ev, &Limits::default(), &mut out);
-        self.events.extend(out.events);
-        self.events.extend(core::complete_if_done(&mut self.state));
-    }
-
-    fn terminal(&self) -> Vec<&Event> {
-        self.events
-            .iter()
-            .filter(|e| {
-                matches!(
-                    e.event_type,
-                    EventType::ToolCallCompleted
-                        | EventType::ToolCallInvalid
-                        | EventType::ToolCallAbandoned
-                )
-            })
-            .collect()
-    }
-
-    fn completed(&self) -> &Event {
-        self.events
-            .iter()
-            .find(|e| e.event_type == EventType::MessageCompleted)
-            .expect("message.completed")
-    }
-}
 
 fn item(id: &str) -> CallRef {
     CallRef {
@@ -97,7 +57,7 @@ fn finish(f: Finish, reason: &str) -> ChunkEvent {
 
 #[test]
 fn a_custom_call_completes_with_its_free_text_never_parsed() {
-    let mut m = Msg::new();
+    let mut m = Msg::with_provider(Provider::OpenaiResponses);
     m.feed(start(item("ctc_1"), "apply_patch", Some(CallKind::Custom)));
     m.feed(text(item("ctc_1"), "*** Begin Patch\n{not json"));
     m.feed(text(item("ctc_1"), "\n*** End Patch"));
@@ -131,7 +91,7 @@ fn a_custom_call_completes_with_its_free_text_never_parsed() {
 
 #[test]
 fn a_custom_input_that_looks_like_json_stays_text() {
-    let mut m = Msg::new();
+    let mut m = Msg::with_provider(Provider::OpenaiResponses);
     m.feed(start(item("ctc_1"), "run_sql", Some(CallKind::Custom)));
     m.feed(end(item("ctc_1"), Some(r#"{"a":1}"#), None));
     m.feed(finish(Finish::Complete, "completed"));
@@ -142,7 +102,7 @@ fn a_custom_input_that_looks_like_json_stays_text() {
         "a string, not an object"
     );
     // and an empty input is an empty text, not `{}`
-    let mut m = Msg::new();
+    let mut m = Msg::with_provider(Provider::OpenaiResponses);
     m.feed(start(item("ctc_2"), "noop", Some(CallKind::Custom)));
     m.feed(end(item("ctc_2"), Some(""), None));
     m.feed(finish(Finish::Complete, "completed"));
@@ -152,7 +112,7 @@ fn a_custom_input_that_looks_like_json_stays_text() {
 
 #[test]
 fn a_function_call_with_the_same_text_is_judged_as_json() {
-    let mut m = Msg::new();
+    let mut m = Msg::with_provider(Provider::OpenaiResponses);
     m.feed(start(item("fc_1"), "apply_patch", None));
     m.feed(text(item("fc_1"), "*** Begin Patch"));
     m.feed(end(item("fc_1"), None, None));
@@ -168,7 +128,7 @@ fn a_function_call_with_the_same_text_is_judged_as_json() {
 
 #[test]
 fn the_first_stated_kind_sticks_and_an_end_may_state_it() {
-    let mut m = Msg::new();
+    let mut m = Msg::with_provider(Provider::OpenaiResponses);
     m.feed(ChunkEvent::CallEnd(CallEnd {
         at: item("mcpr_1"),
         name: Some("ask_question".into()),
@@ -205,7 +165,7 @@ fn a_call_end_that_says_the_call_was_cut_never_completes_it() {
             "provider_error",
         ),
     ] {
-        let mut m = Msg::new();
+        let mut m = Msg::with_provider(Provider::OpenaiResponses);
         m.feed(start(item("fc_1"), "get_weather", None));
         m.feed(text(item("fc_1"), r#"{"city":"Paris"}"#));
         // even with arguments that parse
@@ -220,7 +180,7 @@ fn a_call_end_that_says_the_call_was_cut_never_completes_it() {
         assert_eq!(call.raw_arguments, r#"{"city":"Paris"}"#, "raw text kept");
     }
     // `Complete` is a normal end
-    let mut m = Msg::new();
+    let mut m = Msg::with_provider(Provider::OpenaiResponses);
     m.feed(start(item("fc_1"), "get_weather", None));
     m.feed(end(item("fc_1"), Some("{}"), Some(Finish::Complete)));
     assert_eq!(m.terminal()[0].event_type, EventType::ToolCallCompleted);
@@ -228,7 +188,7 @@ fn a_call_end_that_says_the_call_was_cut_never_completes_it() {
 
 #[test]
 fn a_cut_custom_call_is_invalid_not_completed() {
-    let mut m = Msg::new();
+    let mut m = Msg::with_provider(Provider::OpenaiResponses);
     m.feed(start(item("ctc_1"), "apply_patch", Some(CallKind::Custom)));
     m.feed(text(item("ctc_1"), "*** Begin Pat"));
     m.feed(finish(Finish::Truncated, "max_output_tokens"));
@@ -243,7 +203,7 @@ fn a_cut_custom_call_is_invalid_not_completed() {
 
 #[test]
 fn the_kind_survives_the_stored_form_of_a_message() {
-    let mut m = Msg::new();
+    let mut m = Msg::with_provider(Provider::OpenaiResponses);
     m.feed(start(item("ctc_1"), "apply_patch", Some(CallKind::Custom)));
     m.feed(text(item("ctc_1"), "free"));
     let stored = serde_json::to_string(&m.state).expect("serialize");
@@ -294,7 +254,7 @@ fn replay_as(
         .join(rel);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let frames = chunk_model::framing::split(&bytes).expect("frames");
-    let mut m = Msg::new();
+    let mut m = Msg::with_provider(Provider::OpenaiResponses);
     let mut results = Vec::new();
     for f in frames {
         for ev in chunk_model::decode(provider, &f.data).expect("decodes") {

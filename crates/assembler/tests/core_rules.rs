@@ -4,54 +4,12 @@
 // A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use assembler::core::{self, Limits, MessageState, StepOutput};
-use chunk_model::{
-    CallEnd, CallFragment, CallRef, CallStatus, ChunkEvent, Event, EventType, Finish, Provider,
-};
+mod common;
+
+use assembler::core::Limits;
+use chunk_model::{CallEnd, CallFragment, CallRef, CallStatus, ChunkEvent, EventType, Finish};
+use common::Msg;
 use serde_json::json;
-
-struct Msg {
-    state: MessageState,
-    limits: Limits,
-    events: Vec<Event>,
-}
-
-impl Msg {
-    fn new() -> Msg {
-        Msg::with_limits(Limits::default())
-    }
-
-    fn with_limits(limits: Limits) -> Msg {
-        Msg {
-            state: MessageState::new("conv", "msg", Some(Provider::OpenaiChat), 0),
-            limits,
-            events: Vec::new(),
-        }
-    }
-
-    fn feed(&mut self, ev: ChunkEvent) -> Vec<Event> {
-        let mut out = StepOutput::default();
-        core::step(&mut self.state, ev, &self.limits, &mut out);
-        let mut evs = out.events;
-        evs.extend(core::complete_if_done(&mut self.state));
-        self.events.extend(evs.iter().cloned());
-        evs
-    }
-
-    fn types(&self) -> Vec<(EventType, Option<u32>)> {
-        self.events
-            .iter()
-            .map(|e| (e.event_type, e.tool_call.as_ref().map(|c| c.index)))
-            .collect()
-    }
-
-    fn completed(&self) -> &Event {
-        self.events
-            .iter()
-            .find(|e| e.event_type == EventType::MessageCompleted)
-            .expect("message.completed")
-    }
-}
 
 fn frag(index: Option<u32>, id: Option<&str>, name: Option<&str>, args: &str) -> ChunkEvent {
     ChunkEvent::CallFragment(CallFragment {

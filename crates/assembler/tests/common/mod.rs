@@ -1,5 +1,5 @@
 //! Helpers shared by the store tests: OpenAI-chat-shaped chunk bodies, inputs, and reading
-//! events back from the outbox.
+//! events back from the outbox; and [`Msg`], one message fed chunk events on the pure core.
 #![allow(dead_code)]
 
 use assembler::{Input, InputKind, OutboxKind, Seq, Store};
@@ -136,4 +136,79 @@ pub fn dead_reasons(store: &Store) -> Vec<String> {
 /// Whether `applied` is a dead letter whose reason starts with `prefix`.
 pub fn is_dead(applied: &assembler::Applied, prefix: &str) -> bool {
     matches!(applied, assembler::Applied::DeadLettered { reason } if reason.starts_with(prefix))
+}
+
+/// One message on the pure core: chunk events are stepped in (with the completion check after
+/// each) and every event produced is kept.
+pub struct Msg {
+    pub state: assembler::core::MessageState,
+    pub limits: assembler::core::Limits,
+    pub events: Vec<Event>,
+}
+
+impl Msg {
+    /// An OpenAI chat message with the default limits.
+    pub fn new() -> Msg {
+        Msg::with(Provider::OpenaiChat, assembler::core::Limits::default())
+    }
+
+    /// An OpenAI chat message with `limits`.
+    pub fn with_limits(limits: assembler::core::Limits) -> Msg {
+        Msg::with(Provider::OpenaiChat, limits)
+    }
+
+    /// A message of `provider` with the default limits.
+    pub fn with_provider(provider: Provider) -> Msg {
+        Msg::with(provider, assembler::core::Limits::default())
+    }
+
+    fn with(provider: Provider, limits: assembler::core::Limits) -> Msg {
+        Msg {
+            state: assembler::core::MessageState::new("conv", "msg", Some(provider), 0),
+            limits,
+            events: Vec::new(),
+        }
+    }
+
+    /// Steps `ev` in; the events it produced (also kept in `events`).
+    pub fn feed(&mut self, ev: chunk_model::ChunkEvent) -> Vec<Event> {
+        let mut out = assembler::core::StepOutput::default();
+        assembler::core::step(&mut self.state, ev, &self.limits, &mut out);
+        let mut evs = out.events;
+        evs.extend(assembler::core::complete_if_done(&mut self.state));
+        self.events.extend(evs.iter().cloned());
+        evs
+    }
+
+    /// Every event's type and call index, in order.
+    pub fn types(&self) -> Vec<(chunk_model::EventType, Option<u32>)> {
+        self.events
+            .iter()
+            .map(|e| (e.event_type, e.tool_call.as_ref().map(|c| c.index)))
+            .collect()
+    }
+
+    /// The calls' terminal events (completed, invalid, abandoned), in order.
+    pub fn terminal(&self) -> Vec<&Event> {
+        use chunk_model::EventType;
+        self.events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.event_type,
+                    EventType::ToolCallCompleted
+                        | EventType::ToolCallInvalid
+                        | EventType::ToolCallAbandoned
+                )
+            })
+            .collect()
+    }
+
+    /// The `message.completed` event (panics if there is none).
+    pub fn completed(&self) -> &Event {
+        self.events
+            .iter()
+            .find(|e| e.event_type == chunk_model::EventType::MessageCompleted)
+            .expect("message.completed")
+    }
 }
