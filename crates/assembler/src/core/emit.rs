@@ -22,8 +22,10 @@ pub fn fix_id(msg: &mut MessageState, pos: usize) -> bool {
         Some(w) => call.id = Some(w.clone()),
         None => {
             call.id = Some(synthetic_call_id(conv, mid, pos as u32));
-            call.metadata
-                .insert("synthetic_id".to_string(), Value::Bool(true));
+            call.metadata.insert(
+                chunk_model::encode::META_SYNTHETIC_ID.to_string(),
+                Value::Bool(true),
+            );
         }
     }
     true
