@@ -26,7 +26,8 @@ use crate::error::StoreError;
 /// A stored (key, value) pair.
 pub type Pair = (Vec<u8>, Vec<u8>);
 
-/// A keyspace (a one-byte key prefix in the sled tree).
+/// A keyspace: keys of one kind in byte order, apart from every other space's keys (each
+/// backend chooses how; see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Space {
     /// Per-stream ordering state: watermark, parked sequence numbers, timers.
