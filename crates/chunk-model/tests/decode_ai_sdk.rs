@@ -8,27 +8,12 @@
 
 mod support;
 
-use chunk_model::{CallEnd, ChunkEvent, DecodeError, Finish, Provider, ResultInput, ToolResult};
+use chunk_model::{CallEnd, ChunkEvent, DecodeError, Finish, Provider};
 use proptest::prelude::*;
 use serde_json::json;
 use support::*;
 
 const P: Provider = Provider::AiSdk;
-
-fn result(id: &str, output: &str, is_error: bool) -> ChunkEvent {
-    ChunkEvent::ToolResult(ResultInput::Complete(ToolResult {
-        tool_call_id: id.into(),
-        output: output.into(),
-        is_error,
-    }))
-}
-
-fn msg_end(finish: Finish, reason: &str) -> ChunkEvent {
-    ChunkEvent::MessageEnd {
-        finish,
-        reason: reason.into(),
-    }
-}
 
 #[test]
 fn v5_tool_input_start_delta_end_use_id_and_no_index() {

@@ -7,9 +7,7 @@
 
 mod support;
 
-use chunk_model::{
-    CallFragment, CallKind, ChunkEvent, DecodeError, Finish, Provider, ResultInput, ToolResult,
-};
+use chunk_model::{CallFragment, CallKind, ChunkEvent, DecodeError, Finish, Provider};
 use proptest::prelude::*;
 use serde_json::json;
 use support::*;
@@ -201,14 +199,6 @@ fn mcp_tool_use_block_is_a_call_of_kind_mcp_with_its_server_kept() {
     // a plain tool_use states no kind (function)
     let chunk = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}"#;
     assert!(matches!(&decode_ok(P, chunk)[..], [ChunkEvent::CallFragment(f)] if f.kind.is_none()));
-}
-
-fn result(id: &str, output: &str, is_error: bool) -> ChunkEvent {
-    ChunkEvent::ToolResult(ResultInput::Complete(ToolResult {
-        tool_call_id: id.into(),
-        output: output.into(),
-        is_error,
-    }))
 }
 
 #[test]

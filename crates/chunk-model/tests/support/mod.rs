@@ -6,6 +6,7 @@
 use chunk_model::framing::{self, Frame};
 use chunk_model::{
     decode, CallEnd, CallFragment, CallRef, ChunkEvent, DecodeError, Finish, PathValue, Provider,
+    ResultInput, ToolResult,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -245,6 +246,15 @@ pub fn msg_end(finish: Finish, reason: &str) -> ChunkEvent {
         finish,
         reason: reason.to_string(),
     }
+}
+
+/// An expected complete tool result for call `id`.
+pub fn result(id: &str, output: &str, is_error: bool) -> ChunkEvent {
+    ChunkEvent::ToolResult(ResultInput::Complete(ToolResult {
+        tool_call_id: id.into(),
+        output: output.into(),
+        is_error,
+    }))
 }
 
 /// `{"thoughtSignature": sig}`.
