@@ -37,5 +37,7 @@ pub mod payloads;
 pub mod publisher;
 pub mod relay;
 
-#[cfg(test)]
-mod testing;
+/// Fakes for tests: this crate's unit tests, and its integration tests through the `testing`
+/// feature (off in a release build).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

@@ -1,5 +1,10 @@
-//! Fakes for the unit tests: an in-memory [`Outbox`] and a scripted [`Publisher`], both
-//! writing what happened, in order, to one shared [`Log`].
+//! Fakes for tests: an in-memory [`Outbox`] and a scripted [`Publisher`], both
+//! writing what happened, in order, to one shared [`Log`]. Compiled for this crate's tests and
+//! with the `testing` feature (its integration tests), never in a release build.
+
+// Test code: a panic is a failed test (the unit tests reach it through `cfg(test)`, where
+// clippy.toml allows it; the `testing` feature builds it as library code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::outbox::Outbox;
 use crate::payloads::{self, PayloadError, PayloadStore};

@@ -6,52 +6,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use assembler::{OutboxEntry, OutboxKind, StoreError};
+use assembler::{OutboxEntry, OutboxKind};
 use async_nats::jetstream::{self, stream};
 use chunk_model::wire::headers;
 use chunk_model::{Event, EventType, ToolResult};
 use sink::jetstream::JetStream;
 use sink::outbox::Outbox;
 use sink::relay::{Drained, Relay, RelayTask};
-use std::collections::BTreeMap;
+use sink::testing::{FakeOutbox, Log};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use toolstream_testkit::NatsServer;
 
-/// An in-memory outbox: the relay's contract with the store, without sled.
-#[derive(Default)]
-struct Rows(Mutex<BTreeMap<u64, OutboxEntry>>);
-
-impl Rows {
-    fn add(&self, rows: &[OutboxEntry]) {
-        let mut map = self.0.lock().unwrap();
-        for row in rows {
-            map.insert(row.key, row.clone());
-        }
-    }
-}
-
-impl Outbox for Rows {
-    fn peek(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
-        Ok(self
-            .0
-            .lock()
-            .unwrap()
-            .values()
-            .take(limit)
-            .cloned()
-            .collect())
-    }
-    fn remove(&self, keys: &[u64]) -> Result<(), StoreError> {
-        let mut map = self.0.lock().unwrap();
-        for key in keys {
-            map.remove(key);
-        }
-        Ok(())
-    }
-    fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
+/// Puts `rows` in the in-memory outbox (`sink::testing`, the unit tests' fake).
+fn add(outbox: &FakeOutbox, rows: &[OutboxEntry]) {
+    for row in rows {
+        outbox.add(row.clone());
     }
 }
 
@@ -103,8 +74,8 @@ async fn rows_go_out_with_their_msg_id_and_a_republish_is_deduplicated() {
         row(2, OutboxKind::DeadLetter, "dlq:conv:msg2:1", b"not json"),
         row(3, OutboxKind::Event, "ev_three", br#"{"n":3}"#),
     ];
-    let outbox = Arc::new(Rows::default());
-    outbox.add(&rows);
+    let outbox = FakeOutbox::new(&Log::default());
+    add(&outbox, &rows);
     let relay = Relay::new(JetStream::new(js.clone()), "ts", 100);
 
     let round = relay.round(&outbox).await;
@@ -141,7 +112,7 @@ async fn rows_go_out_with_their_msg_id_and_a_republish_is_deduplicated() {
 
     // The same rows again, as after a crash between the PubAcks and the delete: the loop
     // publishes them (woken), the stream acks them as duplicates and keeps one copy each.
-    outbox.add(&rows);
+    add(&outbox, &rows);
     let duplicates = Arc::new(Mutex::new(0));
     let counted = Arc::clone(&duplicates);
     let wake = Arc::new(Notify::new());
@@ -188,11 +159,14 @@ async fn an_event_over_max_payload_is_stored_in_the_payload_bucket_and_reference
         is_error: false,
     });
     let whole = serde_json::to_vec(&event).unwrap();
-    let outbox = Arc::new(Rows::default());
-    outbox.add(&[
-        row(1, OutboxKind::Event, "ev_large", &whole),
-        row(2, OutboxKind::Event, "ev_after", b"{}"),
-    ]);
+    let outbox = FakeOutbox::new(&Log::default());
+    add(
+        &outbox,
+        &[
+            row(1, OutboxKind::Event, "ev_large", &whole),
+            row(2, OutboxKind::Event, "ev_after", b"{}"),
+        ],
+    );
     let relay = Relay::new(JetStream::new(js.clone()), "ts", 100);
 
     let round = relay.round(&outbox).await;
@@ -220,7 +194,7 @@ async fn an_event_over_max_payload_is_stored_in_the_payload_bucket_and_reference
     assert_eq!(fetched, whole);
 
     // a re-publish (crash between PubAck and delete) stores nothing new and is deduplicated
-    outbox.add(&[row(1, OutboxKind::Event, "ev_large", &whole)]);
+    add(&outbox, &[row(1, OutboxKind::Event, "ev_large", &whole)]);
     let round = relay.round(&outbox).await;
     assert_eq!((round.offloaded, round.duplicates), (1, 1));
     assert_eq!(messages(&js, "EVENTS").await.len(), 2);
