@@ -17,6 +17,7 @@ use sink::testing::{FakeOutbox, Log};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
+use toolstream_testkit::wait::eventually_async;
 use toolstream_testkit::NatsServer;
 
 /// Puts `rows` in the in-memory outbox (`sink::testing`, the unit tests' fake).
@@ -122,14 +123,9 @@ async fn rows_go_out_with_their_msg_id_and_a_republish_is_deduplicated() {
         .on_round(move |r| *counted.lock().unwrap() += r.duplicates);
     let handle = tokio::spawn(task.run(stop_rx));
     wake.notify_one();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while outbox.len() > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "rows not published again"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_async(Duration::from_secs(10), || async { outbox.len() == 0 })
+        .await
+        .expect("rows not published again");
     stop.send_replace(true);
     assert_eq!(handle.await.unwrap(), Drained::Empty);
     assert_eq!(*duplicates.lock().unwrap(), 3);
