@@ -29,6 +29,7 @@ pub use report::Report;
 
 use super::reference::{normalize_snapshot, Reference};
 use async_nats::jetstream;
+use chunk_model::wire::Subjects;
 use compare::{call_of, check_order, excerpt, message_source, same_event, should_have_completed};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -113,7 +114,7 @@ impl SeqReader {
 pub struct Checker {
     client: async_nats::Client,
     js: jetstream::Context,
-    prefix: String,
+    subjects: Subjects,
     events: SeqReader,
     dlq: SeqReader,
     /// Events not checked yet.
@@ -148,7 +149,7 @@ impl Checker {
         Checker {
             js: jetstream::new(client.clone()),
             client,
-            prefix: prefix.to_string(),
+            subjects: Subjects::new(prefix),
             events: SeqReader {
                 stream: events.to_string(),
                 next: 1,
@@ -210,10 +211,16 @@ impl Checker {
                 self.unchecked.push(seen);
             }
         }
-        let dlq_prefix = format!("{}.dlq.", self.prefix);
+        // a dead letter's subject is `<prefix>.dlq.<conv>.<msg>` (`Subjects::dlq`): its
+        // conversation is the token after the dead-letter stream's filter `<prefix>.dlq.>`
+        let filters = self.subjects.dlq_stream_subjects();
+        let dlq_prefix = filters
+            .first()
+            .and_then(|f| f.strip_suffix('>'))
+            .unwrap_or_default();
         for (_, subject, _) in self.dlq.poll(&self.js).await {
             let conv = subject
-                .strip_prefix(&dlq_prefix)
+                .strip_prefix(dlq_prefix)
                 .and_then(|rest| rest.split('.').next())
                 .unwrap_or_default()
                 .to_string();
@@ -403,7 +410,7 @@ impl Checker {
 
         // the query service: what a UI sees after a refresh
         for ((conv, msg), expected) in &reference.messages {
-            let subject = format!("{}.query.message.{conv}.{msg}", self.prefix);
+            let subject = self.subjects.query_message(conv, msg);
             match self.query(&subject).await {
                 Ok(actual) => {
                     let actual = actual.map(|v| normalize_snapshot(&v));
