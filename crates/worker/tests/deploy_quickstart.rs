@@ -3,8 +3,9 @@
 //! completed events, then stops what it started and only that. Never on the shared port 4222:
 //! each test points it at its own port.
 //!
-//! The script builds the binary with cargo (already fresh when these tests run) and picks a
-//! free /metrics port; the tests take turns so two scripts never race for the same port.
+//! One test lets the script build the binary with cargo as on a fresh checkout (into its own
+//! target dir, `target/quickstart-build`), the others hand it the binary under test; it picks
+//! a free /metrics port; the tests take turns so two scripts never race for the same port.
 
 // A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -31,7 +32,14 @@ fn run_quickstart(port: u16, build: bool) -> Output {
         .env("QUICKSTART_NATS_PORT", port.to_string())
         .env("QUICKSTART_TIMEOUT", "60");
     if build {
-        cmd.env_remove("QUICKSTART_BIN");
+        // Its own target dir: the binary under test (`CARGO_BIN_EXE_toolstream`) is built with
+        // the test-only `failpoints` feature, and a plain `cargo build -p toolstream` into the
+        // same target dir would replace it mid-run with the shipped build, which refuses the
+        // failpoints the crash tests after this one arm.
+        let target =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/quickstart-build");
+        cmd.env_remove("QUICKSTART_BIN")
+            .env("CARGO_TARGET_DIR", target);
     } else {
         cmd.env("QUICKSTART_BIN", env!("CARGO_BIN_EXE_toolstream"));
     }
