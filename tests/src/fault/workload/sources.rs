@@ -50,7 +50,8 @@ pub(super) fn recording_plan(
     })
 }
 
-/// Wire ids of the calls the hand-written expectation of a recording says complete.
+/// Wire ids of the calls the hand-written expectation of a recording says complete, less those
+/// the recording answers itself.
 pub(super) fn completed_wire_ids(
     root: &Path,
     provider: &str,
@@ -66,13 +67,26 @@ pub(super) fn completed_wire_ids(
         .join(format!("{stem}.json"));
     let text = std::fs::read_to_string(&exp).map_err(|e| format!("read {}: {e}", exp.display()))?;
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", exp.display()))?;
+    // A call whose result the recording itself carries (a tool the provider ran: MCP, server
+    // tools, AI SDK tool-result parts) gets no result from the producer as well: a real
+    // producer does not answer a call the stream already answered.
+    let answered: Vec<&str> = v["results"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|r| r["tool_call_id"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
     let mut ids: Vec<String> = v["calls"]
         .as_array()
         .map(|calls| {
             calls
                 .iter()
                 .filter(|c| c["status"] == "completed")
-                .filter_map(|c| c["id"].as_str().map(str::to_string))
+                .filter_map(|c| c["id"].as_str())
+                .filter(|id| !answered.contains(id))
+                .map(str::to_string)
                 .collect()
         })
         .unwrap_or_default();
