@@ -241,6 +241,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
                 config.consumer.partitions,
                 config.consumer.partition,
             ),
+            Arc::clone(&health),
             shutdown.receiver(),
         ),
     ));

@@ -29,6 +29,7 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Health {
     nats_connected: AtomicBool,
     store_open: AtomicBool,
+    queries_served: AtomicBool,
 }
 
 impl Health {
@@ -42,6 +43,17 @@ impl Health {
         self.store_open.store(open, Ordering::Relaxed);
     }
 
+    /// Records that the query service's endpoints are subscribed on the server (set once by
+    /// `serve::query::serve`, after a flush).
+    pub fn set_queries_served(&self, served: bool) {
+        self.queries_served.store(served, Ordering::Relaxed);
+    }
+
+    /// Whether the query service answers.
+    pub fn queries_served(&self) -> bool {
+        self.queries_served.load(Ordering::Relaxed)
+    }
+
     /// Whether the NATS client is connected.
     pub fn nats_connected(&self) -> bool {
         self.nats_connected.load(Ordering::Relaxed)
@@ -52,10 +64,11 @@ impl Health {
         self.store_open.load(Ordering::Relaxed)
     }
 
-    /// Healthy means both: connected to NATS and the store open.
+    /// Healthy means all three: connected to NATS, the store open, and the query service
+    /// answering (so a UI that waits for `/healthz` never gets "no responders" from a query).
     #[must_use]
     pub fn is_healthy(&self) -> bool {
-        self.nats_connected() && self.store_open()
+        self.nats_connected() && self.store_open() && self.queries_served()
     }
 }
 
@@ -215,10 +228,11 @@ async fn route<G: StoreGauges>(method: &str, path: &str, state: &State<G>) -> Re
         "/healthz" => {
             let h = &state.health;
             let body = format!(
-                "{{\"status\":\"{}\",\"nats_connected\":{},\"store_open\":{}}}\n",
+                "{{\"status\":\"{}\",\"nats_connected\":{},\"store_open\":{},\"queries_served\":{}}}\n",
                 if h.is_healthy() { "ok" } else { "unavailable" },
                 h.nats_connected(),
-                h.store_open()
+                h.store_open(),
+                h.queries_served()
             );
             let (status, reason) = if h.is_healthy() {
                 (200, "OK")
@@ -363,7 +377,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn healthz_is_503_until_both_nats_and_store_are_up() {
+    async fn healthz_is_503_until_nats_the_store_and_the_query_service_are_up() {
         let health = Arc::new(Health::default());
         let srv = start(Arc::new(Metrics::default()), health.clone()).await;
         let get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -377,6 +391,12 @@ mod tests {
             "store alone is not healthy"
         );
         health.set_nats_connected(true);
+        assert_eq!(
+            request(srv.addr, get).await.0,
+            503,
+            "not before the query service answers"
+        );
+        health.set_queries_served(true);
         let (status, body) = request(srv.addr, get).await;
         assert_eq!(status, 200);
         assert!(body.contains("\"status\":\"ok\""));

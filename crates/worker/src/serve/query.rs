@@ -122,6 +122,7 @@ pub async fn serve(
     store: Arc<assembler::Store>,
     payloads: sink::payloads::Payloads,
     prefix: String,
+    health: Arc<crate::serve::http::Health>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let service = client
@@ -144,6 +145,12 @@ pub async fn serve(
         .add(history_subject.clone())
         .await
         .map_err(|e| anyhow::anyhow!("adding endpoint {history_subject}: {e}"))?;
+    // The endpoints' subscriptions reach the server before /healthz says the worker is up.
+    client
+        .flush()
+        .await
+        .map_err(|e| anyhow::anyhow!("flushing the query service's subscriptions: {e}"))?;
+    health.set_queries_served(true);
     tracing::info!(%message_subject, %history_subject, "query service started");
 
     let prefix: Arc<str> = Arc::from(prefix);
