@@ -9,9 +9,9 @@
 //! - [`emit`] — building [`chunk_model::Event`]s with deterministic ids.
 //! - [`order`] — per-stream ordering decisions (apply / duplicate / park) and timers.
 //! - [`results`] — tool results assembled while they wait for their call.
-//! - [`matching`] — matching results to calls and orphaning them: pure decisions
-//!   ([`matching::ResultDecision`], [`matching::RegisterDecision`],
-//!   [`matching::OrphanDecision`]) the store carries out.
+//! - [`matching`] — matching results to calls, deciding which result of a call stands, and
+//!   orphaning them: pure decisions ([`matching::Intake`], [`matching::ResultDecision`],
+//!   [`matching::RegisterDecision`], [`matching::OrphanDecision`]) the store carries out.
 //! - [`snapshot`] — a message's state as a [`chunk_model::MessageSnapshot`].
 
 pub mod emit;
@@ -25,9 +25,11 @@ pub mod state;
 pub mod step;
 
 pub use end::{complete_if_done, end_message, EndHow};
-pub use matching::{CallIndex, OrphanDecision, RegisterDecision, ResultDecision};
+pub use matching::{
+    CallIndex, DuplicateWhy, Intake, OrphanDecision, RegisterDecision, ResultDecision,
+};
 pub use order::{Admission, StreamState};
 pub use output::{ArgOp, StepOutput};
-pub use results::PendingResult;
+pub use results::{PendingResult, ResultSource};
 pub use state::{CallState, Limits, MessagePhase, MessageState};
 pub use step::step;

@@ -4,8 +4,29 @@
 //! [`PendingResult::absorb`]), so a result assembled from many deltas is never rewritten
 //! whole per delta.
 
+use crate::input::{Origin, Seq};
 use chunk_model::{ResultInput, ToolResult};
 use serde::{Deserialize, Serialize};
+
+/// Where a tool result came from. It decides which result of a call stands
+/// ([`crate::core::matching`]): the provider's own result, carried in the call's stream, wins
+/// over a producer-published one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultSource {
+    /// Published by a tool executor on the results subject.
+    #[default]
+    Producer,
+    /// Carried in the call stream by the provider itself (Anthropic server tool result
+    /// blocks, a Responses `mcp_call`'s output, AI SDK `tool-result` parts).
+    Stream,
+}
+
+impl ResultSource {
+    fn is_producer(&self) -> bool {
+        *self == ResultSource::Producer
+    }
+}
 
 /// A result not yet matched to a call, or not yet complete.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +49,16 @@ pub struct PendingResult {
     pub is_error: bool,
     /// When the first piece arrived (starts the orphan grace period).
     pub received_ms: u64,
+    /// Where it came from (stored records without it are producer results).
+    #[serde(default, skip_serializing_if = "ResultSource::is_producer")]
+    pub source: ResultSource,
+    /// The input its first piece arrived in (subject and stream sequence), for the dead
+    /// letter it becomes if it does not stand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+    /// The sequence number of that input (for the dead letter's id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<Seq>,
 }
 
 impl PendingResult {
@@ -41,6 +72,9 @@ impl PendingResult {
             done: false,
             is_error: false,
             received_ms: now_ms,
+            source: ResultSource::Producer,
+            origin: None,
+            seq: None,
         }
     }
 

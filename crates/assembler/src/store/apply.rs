@@ -15,7 +15,7 @@ use super::close::close_stream;
 use super::dead_letter::{dead_letter, Item};
 use super::inner::Inner;
 use super::records::{ParkedHeader, ParkedInput};
-use super::results::{handle_result, register};
+use super::results::{apply_results, register, release_on_end, stream_results};
 use super::txn::Txn;
 use crate::core::{self, Admission, StepOutput};
 use crate::error::StoreError;
@@ -323,7 +323,7 @@ fn apply_chunk(
         txn.message_or_new(item.conv, item.msg, Some(provider))?;
     }
     let after_end = out.after_end;
-    after_step(txn, item.conv, item.msg, out, now)?;
+    after_step_of(txn, item.conv, item.msg, out, Some(item), now)?;
     if after_end {
         return Ok(dead_letter(
             txn,
@@ -347,20 +347,31 @@ fn apply_result(txn: &mut Txn<'_>, item: &Item<'_>, now: u64) -> Result<Applied,
         Ok(r) => r,
         Err(e) => return Ok(dead_letter(txn, item, &DeadLetterCode::DecodeError.with(e))),
     };
-    for r in results {
-        handle_result(txn, item.conv, item.msg, r, now)?;
-    }
-    Ok(Applied::Accepted { events: 0 })
+    apply_results(txn, item, results, now)
 }
 
-/// Persists what a core step caused: argument writes, events, call registrations (and the
-/// results they match), in-stream results, then `message.completed` when due, and the
-/// stream's open flag.
+/// Persists what a core step toolstream caused (a timer, a hole) that carries no chunk: see
+/// [`after_step_of`].
 pub(crate) fn after_step(
     txn: &mut Txn<'_>,
     conv: &str,
     msg: &str,
     out: StepOutput,
+    now: u64,
+) -> Result<(), StoreError> {
+    after_step_of(txn, conv, msg, out, None, now)
+}
+
+/// Persists what a core step caused: argument writes, events, call registrations (and the
+/// results they match), in-stream results (carried by chunk `item`), the producer results
+/// that waited for the message to end, then `message.completed` when due, and the stream's
+/// open flag.
+pub(crate) fn after_step_of(
+    txn: &mut Txn<'_>,
+    conv: &str,
+    msg: &str,
+    out: StepOutput,
+    item: Option<&Item<'_>>,
     now: u64,
 ) -> Result<(), StoreError> {
     let mkey = keys::message(conv, msg);
@@ -374,8 +385,12 @@ pub(crate) fn after_step(
     for pos in out.registered {
         register(txn, conv, msg, pos)?;
     }
-    for r in out.results {
-        handle_result(txn, conv, msg, r, now)?;
+    stream_results(txn, item, conv, msg, out.results, now)?;
+    if txn
+        .message_mut(conv, msg)?
+        .is_some_and(|m| m.phase == core::MessagePhase::Ended)
+    {
+        release_on_end(txn, conv, msg)?;
     }
     let (done, open) = match txn.message_mut(conv, msg)? {
         Some(m) => {

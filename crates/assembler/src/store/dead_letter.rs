@@ -9,6 +9,7 @@ use chunk_model::wire::{headers, msg_id};
 use chunk_model::Provider;
 
 /// One input's facts, owned or borrowed (a live input or a parked one).
+#[derive(Clone, Copy)]
 pub(crate) struct Item<'a> {
     pub(crate) kind: InputKind,
     pub(crate) conv: &'a str,
@@ -52,4 +53,22 @@ pub(crate) fn dead_letter(txn: &mut Txn<'_>, item: &Item<'_>, reason: &str) -> A
     Applied::DeadLettered {
         reason: reason.to_string(),
     }
+}
+
+/// Writes a dead letter for one part of `item` (a tool result in it that does not stand):
+/// the same headers, subject and numbering as the input's own, with `body` as its body. The id
+/// is deterministic from the input and `body`, so a redelivered input that is applied again
+/// writes the same dead letter (dropped by the DLQ stream's duplicate window).
+pub(crate) fn dead_letter_part(
+    txn: &mut Txn<'_>,
+    item: &Item<'_>,
+    body: &[u8],
+    reason: &str,
+) -> Applied {
+    let part = Item {
+        body,
+        control: None,
+        ..*item
+    };
+    dead_letter(txn, &part, reason)
 }

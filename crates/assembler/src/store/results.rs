@@ -1,13 +1,157 @@
 //! Tool results in the store: carrying out the matching decisions of
-//! [`crate::core::matching`] (reads, record writes, events). Nothing is decided here.
+//! [`crate::core::matching`] (reads, record writes, events, `duplicate_result` dead letters).
+//! Nothing is decided here.
 
+use super::dead_letter::{dead_letter, dead_letter_part, Item};
 use super::records::{from_bytes, to_bytes};
 use super::txn::Txn;
-use crate::core::matching::{self, CallIndex, OrphanDecision, RegisterDecision, ResultDecision};
-use crate::core::PendingResult;
+use crate::core::matching::{
+    self, CallIndex, DuplicateWhy, Intake, OrphanDecision, RegisterDecision, ResultDecision,
+};
+use crate::core::{PendingResult, ResultSource};
 use crate::error::StoreError;
+use crate::input::{Applied, InputKind, Seq};
 use crate::keys::{self, ResultTag};
+use chunk_model::wire::DeadLetterCode;
 use chunk_model::ResultInput;
+use serde_json::json;
+
+/// The input a result arrived in: where it came from, and what its dead letter is made of if
+/// it does not stand.
+#[derive(Clone, Copy)]
+pub(crate) struct Carrier<'a> {
+    /// The input (a results message, or the chunk that carried the provider's own result).
+    pub(crate) item: &'a Item<'a>,
+    /// Producer-published or the provider's own.
+    pub(crate) source: ResultSource,
+    /// The input holds this one result and nothing else: if it does not stand, the input's
+    /// verdict is its dead letter.
+    pub(crate) only: bool,
+}
+
+/// The results of one results message (`item`), each handled in order. The verdict is the
+/// dead letter when the message holds one result and it does not stand; otherwise the message
+/// is applied (any result in it that does not stand has its own dead letter).
+pub(crate) fn apply_results(
+    txn: &mut Txn<'_>,
+    item: &Item<'_>,
+    results: Vec<ResultInput>,
+    now: u64,
+) -> Result<Applied, StoreError> {
+    let carrier = Carrier {
+        item,
+        source: ResultSource::Producer,
+        only: results.len() == 1,
+    };
+    let mut verdict = Applied::Accepted { events: 0 };
+    for r in results {
+        match handle_result(txn, item.conv, item.msg, r, carrier, now)? {
+            Some(dead) if carrier.only => verdict = dead,
+            _ => {}
+        }
+    }
+    Ok(verdict)
+}
+
+/// The provider's own results, carried in chunk `item` of message `msg` (`None`: a step
+/// toolstream caused, which carries none; they are still handled, under a stand-in input).
+pub(crate) fn stream_results(
+    txn: &mut Txn<'_>,
+    item: Option<&Item<'_>>,
+    conv: &str,
+    msg: &str,
+    results: Vec<ResultInput>,
+    now: u64,
+) -> Result<(), StoreError> {
+    let stand_in = Item {
+        kind: InputKind::Chunk,
+        conv,
+        msg,
+        provider: None,
+        seq: Seq::Transport(0),
+        control: None,
+        body: b"",
+        origin: None,
+    };
+    let carrier = Carrier {
+        item: item.unwrap_or(&stand_in),
+        source: ResultSource::Stream,
+        only: false,
+    };
+    for r in results {
+        let _dead = handle_result(txn, conv, msg, r, carrier, now)?;
+    }
+    Ok(())
+}
+
+/// A result in toolstream's own result shape: the body of its `duplicate_result` dead letter,
+/// the same bytes whichever order the inputs arrived in (the headers name the input it came
+/// in).
+fn result_body(r: &ResultInput) -> Vec<u8> {
+    let value = match r {
+        ResultInput::Complete(t) => json!({
+            "tool_call_id": t.tool_call_id,
+            "output": t.output,
+            "is_error": t.is_error,
+        }),
+        ResultInput::Delta {
+            tool_call_id,
+            delta,
+        } => json!({"tool_call_id": tool_call_id, "delta": delta}),
+        ResultInput::Done {
+            tool_call_id,
+            is_error,
+        } => json!({"tool_call_id": tool_call_id, "done": true, "is_error": is_error}),
+    };
+    value.to_string().into_bytes()
+}
+
+/// The `duplicate_result` dead letter of result `r` of `carrier`'s input.
+fn reject(txn: &mut Txn<'_>, carrier: Carrier<'_>, r: &ResultInput, why: DuplicateWhy) -> Applied {
+    let reason = DeadLetterCode::DuplicateResult.with(why.detail(r.tool_call_id()));
+    dead_letter_part(txn, carrier.item, &result_body(r), &reason)
+}
+
+/// Dead-letters the pending producer result of `id` that the provider's own result (arriving
+/// in `by`) displaces, with the facts of the input its first piece arrived in, and removes it
+/// (its streamed pieces too).
+fn displace(
+    txn: &mut Txn<'_>,
+    conv: &str,
+    id: &str,
+    pending: &PendingResult,
+    by: &Item<'_>,
+) -> Result<(), StoreError> {
+    let result = take_result(txn, conv, id, pending)?;
+    let mut body = json!({
+        "tool_call_id": result.tool_call_id,
+        "output": result.output,
+        "is_error": result.is_error,
+    });
+    if !pending.done {
+        // (its `done` never came: what the dead letter holds is the text streamed so far)
+        body["done"] = json!(false);
+    }
+    let body = body.to_string().into_bytes();
+    let item = Item {
+        kind: InputKind::Result,
+        conv,
+        msg: &pending.message_id,
+        provider: None,
+        // (a record stored before results kept their input's number: the displacing input's)
+        seq: pending.seq.unwrap_or(by.seq),
+        control: None,
+        body: &body,
+        origin: pending.origin.as_ref(),
+    };
+    let reason = DeadLetterCode::DuplicateResult.with(DuplicateWhy::Displaced.detail(id));
+    let _dead = dead_letter(txn, &item, &reason);
+    txn.results_delete(keys::result(ResultTag::Pending, conv, id));
+    txn.inner
+        .pending
+        .remove(&(conv.to_string(), id.to_string()));
+    Ok(())
+}
 
 /// Reads the call index of `id` in `conv`.
 fn read_index(txn: &Txn<'_>, conv: &str, id: &str) -> Result<Option<CallIndex>, StoreError> {
@@ -45,13 +189,15 @@ pub(crate) fn register(
         Some(i) if i.resolved => None,
         _ => read_pending(txn, conv, &id)?,
     };
-    match matching::on_register(existing.as_ref(), pending.as_ref()) {
+    let awaits = matching::awaits_stream(txn.message_mut(conv, msg)?.as_deref());
+    match matching::on_register(existing.as_ref(), pending.as_ref(), awaits) {
         RegisterDecision::Skip => Ok(()),
         RegisterDecision::Index { matches } => {
             let index = CallIndex {
                 message_id: msg.to_string(),
                 index: pos,
                 resolved: false,
+                by_stream: false,
             };
             txn.results_put(
                 keys::result(ResultTag::CallIndex, conv, &id),
@@ -65,31 +211,59 @@ pub(crate) fn register(
     }
 }
 
-/// Adds one result input that arrived on message `rmsg` ([`matching::takes_result`],
-/// [`matching::on_result`]).
+/// Adds one result input that arrived on message `rmsg` in `carrier`'s input
+/// ([`matching::on_intake`], [`matching::on_result`]). Returns the dead letter when the result
+/// does not stand.
 pub(crate) fn handle_result(
     txn: &mut Txn<'_>,
     conv: &str,
     rmsg: &str,
     input: ResultInput,
+    carrier: Carrier<'_>,
     now: u64,
-) -> Result<(), StoreError> {
+) -> Result<Option<Applied>, StoreError> {
     let id = input.tool_call_id().to_string();
     if id.trim().is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let index = read_index(txn, conv, &id)?;
-    if !matching::takes_result(&id, index.as_ref()) {
-        return Ok(());
+    let mut pending = match &index {
+        Some(i) if i.resolved => None,
+        _ => read_pending(txn, conv, &id)?,
+    };
+    match matching::on_intake(
+        &input,
+        rmsg,
+        carrier.source,
+        index.as_ref(),
+        pending.as_ref(),
+    ) {
+        Intake::Ignore => return Ok(None),
+        Intake::Duplicate(why) => return Ok(Some(reject(txn, carrier, &input, why))),
+        Intake::Displace => {
+            if let Some(waiting) = pending.take() {
+                displace(txn, conv, &id, &waiting, carrier.item)?;
+            }
+        }
+        Intake::Take => {}
     }
-    let mut pending =
-        read_pending(txn, conv, &id)?.unwrap_or_else(|| PendingResult::new(rmsg, now));
+    let mut pending = pending.unwrap_or_else(|| {
+        let mut p = PendingResult::new(rmsg, now);
+        p.source = carrier.source;
+        p.origin = carrier.item.origin.cloned();
+        p.seq = Some(carrier.item.seq);
+        p
+    });
     if let Some((piece, delta)) = pending.absorb(input) {
         txn.results_put(keys::result_piece(conv, &id, piece), delta.into_bytes());
     }
-    match matching::on_result(index.as_ref(), &pending) {
+    let awaits = match &index {
+        Some(i) => matching::awaits_stream(txn.message_mut(conv, &i.message_id)?.as_deref()),
+        None => false,
+    };
+    match matching::on_result(index.as_ref(), &pending, awaits) {
         ResultDecision::Match { message_id, index } => {
-            matched(txn, conv, &id, &message_id, index, &pending)
+            matched(txn, conv, &id, &message_id, index, &pending)?;
         }
         ResultDecision::Wait => {
             txn.results_put(
@@ -99,9 +273,38 @@ pub(crate) fn handle_result(
             txn.inner
                 .pending
                 .insert((conv.to_string(), id), pending.received_ms);
-            Ok(())
         }
     }
+    Ok(None)
+}
+
+/// Message `msg` has ended: the complete producer results that waited for it (its calls may
+/// no longer get the provider's own) are matched now ([`matching::releases`]), in call order,
+/// before `message.completed` lists the message's results.
+pub(crate) fn release_on_end(txn: &mut Txn<'_>, conv: &str, msg: &str) -> Result<(), StoreError> {
+    let ids: Vec<String> = match txn.message_mut(conv, msg)? {
+        Some(m) if matching::streams_results(m.provider) => {
+            m.calls.iter().filter_map(|c| c.id.clone()).collect()
+        }
+        _ => return Ok(()),
+    };
+    for id in ids {
+        let index = read_index(txn, conv, &id)?;
+        let Some(i) = index
+            .as_ref()
+            .filter(|i| !i.resolved && i.message_id == msg)
+        else {
+            continue;
+        };
+        let pending = read_pending(txn, conv, &id)?;
+        if let (true, Some(p)) = (
+            matching::releases(Some(i), msg, pending.as_ref()),
+            pending.as_ref(),
+        ) {
+            matched(txn, conv, &id, msg, i.index, p)?;
+        }
+    }
+    Ok(())
 }
 
 /// Carries out a match: `tool_result.completed` for the call (`call_msg`, `pos`), the call
@@ -127,6 +330,7 @@ fn matched(
         message_id: call_msg.to_string(),
         index: pos,
         resolved: true,
+        by_stream: pending.source == ResultSource::Stream,
     };
     txn.results_put(
         keys::result(ResultTag::CallIndex, conv, id),
@@ -163,6 +367,25 @@ pub(crate) fn orphan(txn: &mut Txn<'_>, conv: &str, id: &str) -> Result<(), Stor
     let result = take_result(txn, conv, id, &pending)?;
     let repeat = matching::orphan_is_repeat(txn.message_mut(conv, &message_id)?.as_deref(), id);
     if repeat {
+        let body = json!({
+            "tool_call_id": result.tool_call_id,
+            "output": result.output,
+            "is_error": result.is_error,
+        })
+        .to_string()
+        .into_bytes();
+        let item = Item {
+            kind: InputKind::Result,
+            conv,
+            msg: &message_id,
+            provider: None,
+            seq: pending.seq.unwrap_or(Seq::Transport(pending.received_ms)),
+            control: None,
+            body: &body,
+            origin: pending.origin.as_ref(),
+        };
+        let reason = DeadLetterCode::DuplicateResult.with(DuplicateWhy::Orphaned.detail(id));
+        let _dead = dead_letter(txn, &item, &reason);
         txn.results_delete(pkey);
         return Ok(());
     }

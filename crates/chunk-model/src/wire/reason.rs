@@ -146,11 +146,15 @@ pub enum DeadLetterCode {
     UnroutableSubject,
     /// A row that could not be published even cut down (the relay's replacement).
     EventTooLarge,
+    /// A tool result for a call that already has one, or that lost to the provider's own
+    /// result for it (the result that stands is decided once and never changes, see README
+    /// "Dead letters").
+    DuplicateResult,
 }
 
 impl DeadLetterCode {
     /// Every code, in a stable order.
-    pub const ALL: [DeadLetterCode; 16] = [
+    pub const ALL: [DeadLetterCode; 17] = [
         DeadLetterCode::DecodeError,
         DeadLetterCode::NoProvider,
         DeadLetterCode::UnknownProvider,
@@ -167,6 +171,7 @@ impl DeadLetterCode {
         DeadLetterCode::StoreError,
         DeadLetterCode::UnroutableSubject,
         DeadLetterCode::EventTooLarge,
+        DeadLetterCode::DuplicateResult,
     ];
 
     /// The wire string (`decode_error`, ...).
@@ -188,6 +193,7 @@ impl DeadLetterCode {
             DeadLetterCode::StoreError => "store_error",
             DeadLetterCode::UnroutableSubject => "unroutable_subject",
             DeadLetterCode::EventTooLarge => "event_too_large",
+            DeadLetterCode::DuplicateResult => "duplicate_result",
         }
     }
 
@@ -297,6 +303,7 @@ mod tests {
                 "store_error",
                 "unroutable_subject",
                 "event_too_large",
+                "duplicate_result",
             ]
         );
     }
