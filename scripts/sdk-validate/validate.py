@@ -20,7 +20,9 @@ that came from that endpoint). It must be `{"google": {"thought_signature": str}
 
 - gemini: `google.genai.types.Content` (each content; pydantic, unknown fields forbidden)
 - mistral: `mistralai.client.models.ChatCompletionRequestMessage` (each message)
-- bedrock: botocore's `ParamValidator` on the `bedrock-runtime` `Converse` input shape
+- bedrock: botocore's `ParamValidator` on the `bedrock-runtime` `Converse` input shape, with
+  the case's `tool_config` as `toolConfig`; and Converse's service-side rule that `toolUse` /
+  `toolResult` blocks need a `toolConfig` naming every tool used
 - ollama: `ollama.Message` (each message)
 
 Prints one line per failing case and exits 1 if any failed, 2 if an SDK cannot be imported.
@@ -158,11 +160,23 @@ def load_validators():
 
         return run
 
-    def bedrock(messages):
+    def bedrock(messages, tool_config=None):
         request = {"modelId": "anthropic.claude-sonnet", "messages": messages}
+        if tool_config is not None:
+            request["toolConfig"] = tool_config
         report = param_validator.validate(request, converse)
         if report.has_errors():
             raise ValueError(report.generate_report())
+        # Converse's own rule, checked by the service rather than the shape: a request whose
+        # messages hold toolUse / toolResult blocks needs a toolConfig naming the tools used.
+        blocks = [b for m in messages for b in m.get("content", [])]
+        used = {b["toolUse"]["name"] for b in blocks if "toolUse" in b}
+        if used or any("toolResult" in b for b in blocks):
+            if tool_config is None:
+                raise ValueError("toolUse/toolResult blocks without a toolConfig")
+            named = {t["toolSpec"]["name"] for t in tool_config.get("tools", [])}
+            if not used <= named:
+                raise ValueError(f"toolConfig does not name {sorted(used - named)}")
 
     return {
         "openai-chat": each(
@@ -198,7 +212,10 @@ def main():
             failed += 1
             continue
         try:
-            validate(case["messages"])
+            if target == "bedrock":
+                validate(case["messages"], case.get("tool_config"))
+            else:
+                validate(case["messages"])
             counts[target] = counts.get(target, 0) + 1
         except Exception as e:
             failed += 1

@@ -26,7 +26,7 @@ pub use truncate::TRUNCATION_MARKER;
 
 use crate::encode::{
     encode_calls, encode_results, encode_text, merge_roles_tagged, renders_signature, EncCall,
-    EncResult, HistoryFormat, IdMap, IdRule,
+    EncResult, HistoryFormat, IdMap, IdRule, META_EXTRA_CONTENT, META_THOUGHT_SIGNATURE,
 };
 use crate::snapshot::MessageSnapshot;
 use serde::Serialize;
@@ -53,8 +53,16 @@ pub struct RenderedHistory {
     /// Gemini thought signatures of kept calls that the target does not carry (any target but
     /// `gemini`, and `openai-chat` for signatures from Gemini's native API); see `notes`.
     pub dropped_signatures: usize,
-    /// What the caller should know about this history (signatures dropped, ...), in words.
+    /// What the caller should know about this history (signatures dropped or moved, an
+    /// ordering rule of the target that only the caller can satisfy, ...), in words.
     pub notes: Vec<String>,
+    /// `bedrock` only: the Converse `toolConfig` the request needs when its history holds
+    /// `toolUse` / `toolResult` blocks (Bedrock rejects such a request without one), listing
+    /// every tool the kept history calls, in order of first use, each with an open input schema
+    /// (`{"type":"object"}`: toolstream never sees the tool definitions). A caller with its own
+    /// `toolConfig` sends that instead (it must name these tools). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_config: Option<Value>,
 }
 
 /// Why a history could not be rendered.
@@ -87,22 +95,54 @@ pub fn render(
     let mut tagged: Vec<(std::ops::RangeInclusive<usize>, Value)> = Vec::new();
     // (turn, signatures the target drops in that turn's calls)
     let mut dropped: Vec<(usize, usize)> = Vec::new();
+    // (turn, the cut call whose signature the first sent call carries, and that call; only
+    // where the target renders it)
+    let mut moved: Vec<(usize, &str, &str)> = Vec::new();
     for block in &plan.blocks {
         let turn = block.turn();
         let messages = match block {
-            Block::Calls { note, calls, .. } => {
-                let n = calls
+            Block::Calls {
+                note,
+                calls,
+                signature_from,
+                ..
+            } => {
+                // The first sent call with the turn's signature from a call that is not sent
+                // (plan rule 5): its own metadata plus the signature keys.
+                let carried: Option<serde_json::Map<String, Value>> =
+                    signature_from.zip(calls.first()).map(|(from, first)| {
+                        let mut meta = first.provider_metadata.clone();
+                        for key in [META_THOUGHT_SIGNATURE, META_EXTRA_CONTENT] {
+                            if let Some(v) = from.provider_metadata.get(key) {
+                                meta.insert(key.to_string(), v.clone());
+                            }
+                        }
+                        if renders_signature(target, &meta) == Some(true) {
+                            moved.push((turn, from.id.as_str(), first.id.as_str()));
+                        }
+                        meta
+                    });
+                let metadata: Vec<&serde_json::Map<String, Value>> = calls
                     .iter()
-                    .filter(|c| renders_signature(target, &c.provider_metadata) == Some(false))
+                    .enumerate()
+                    .map(|(k, c)| match (&carried, k) {
+                        (Some(meta), 0) => meta,
+                        _ => &c.provider_metadata,
+                    })
+                    .collect();
+                let n = metadata
+                    .iter()
+                    .filter(|m| renders_signature(target, m) == Some(false))
                     .count();
                 dropped.push((turn, n));
                 let enc: Vec<EncCall<'_>> = calls
                     .iter()
-                    .map(|c| EncCall {
+                    .zip(&metadata)
+                    .map(|(c, meta)| EncCall {
                         id: ids.get(turn, &c.id).to_string(),
                         name: &c.name,
                         arguments: &c.arguments,
-                        metadata: &c.provider_metadata,
+                        metadata: meta,
                         send_item_id: options.send_item_ids,
                     })
                     .collect();
@@ -146,7 +186,21 @@ pub fn render(
              function calls would lack the signatures it requires"
         ));
     }
+    for (_, from, to) in moved
+        .iter()
+        .filter(|(turn, _, _)| first_kept.is_some_and(|f| *turn >= f))
+    {
+        notes.push(format!(
+            "the thought signature of call {from} (not sent: see its note) is sent on call \
+             {to}, the first function call of its turn: Gemini signs only the first call of a \
+             turn and Gemini 3 rejects a turn whose first function call has none"
+        ));
+    }
     let messages: Vec<Value> = kept.into_iter().map(|(_, m)| m).collect();
+    notes.extend(ordering_notes(target, &messages));
+    let tool_config = (target == HistoryFormat::Bedrock)
+        .then(|| bedrock_tool_config(&messages))
+        .flatten();
     let payload = serde_json::to_string(&messages)?;
     let (token_estimate, tokenizer) = tokens::count(&payload);
     Ok(RenderedHistory {
@@ -159,7 +213,82 @@ pub fn render(
         orphans: plan.orphans,
         dropped_signatures,
         notes,
+        tool_config,
     })
+}
+
+/// The role of a rendered message (`assistant` for Gemini's `model`); Responses items without
+/// a role are function calls (`assistant`) or outputs (`user`).
+fn role_of(message: &Value) -> Option<&str> {
+    match message.get("role").and_then(Value::as_str) {
+        Some("model") => Some("assistant"),
+        Some(role) => Some(role),
+        None => match message.get("type").and_then(Value::as_str) {
+            Some("function_call" | "custom_tool_call") => Some("assistant"),
+            Some(_) => Some("user"),
+            None => None,
+        },
+    }
+}
+
+/// The target's ordering rules that only the caller can satisfy, stated: toolstream never
+/// sees the user's prompts, so a history may start with the model's turn, and may end with an
+/// assistant note.
+fn ordering_notes(target: HistoryFormat, messages: &[Value]) -> Vec<String> {
+    let mut notes = Vec::new();
+    let first = messages.first().and_then(role_of);
+    let last = messages.last().and_then(role_of);
+    if first == Some("assistant")
+        && matches!(
+            target,
+            HistoryFormat::Anthropic | HistoryFormat::Bedrock | HistoryFormat::Gemini
+        )
+    {
+        notes.push(format!(
+            "the history starts with the model's turn: {target} needs the conversation to start \
+             with a user turn, and toolstream never sees the user's prompts; put the user \
+             message that led to it first"
+        ));
+    }
+    if last == Some("assistant") && target == HistoryFormat::Mistral {
+        notes.push(
+            "the history ends with an assistant message: Mistral needs a request to end with a \
+             user or tool message (append the next user message, or send this one with \
+             `prefix: true`)"
+                .to_string(),
+        );
+    }
+    notes
+}
+
+/// Bedrock's `toolConfig` for the tools the rendered history calls (`None` without any
+/// `toolUse` block).
+fn bedrock_tool_config(messages: &[Value]) -> Option<Value> {
+    let mut names: Vec<&str> = Vec::new();
+    let blocks = messages
+        .iter()
+        .filter_map(|m| m.get("content").and_then(Value::as_array))
+        .flatten();
+    for block in blocks {
+        if let Some(name) = block.pointer("/toolUse/name").and_then(Value::as_str) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    if names.is_empty() {
+        return None;
+    }
+    let tools: Vec<Value> = names
+        .into_iter()
+        .map(|name| {
+            serde_json::json!({"toolSpec": {
+                "name": name,
+                "inputSchema": {"json": {"type": "object"}}
+            }})
+        })
+        .collect();
+    Some(serde_json::json!({ "tools": tools }))
 }
 
 fn is_synthetic(call: &crate::call::ToolCall) -> bool {

@@ -127,7 +127,27 @@ fn histories() -> Vec<(&'static str, Vec<MessageSnapshot>)> {
         vec![call("call_n", "echo", 0, json!([1, "two"]))],
         vec![result("call_n", "ok"), result("call_n", "second result")],
     );
+    // parallel calls whose signed first call was cut: its signature goes on the first sent call
+    let mut signed_cut = snapshot(
+        "m6",
+        vec![
+            cut_call(
+                "call_s1",
+                "get_weather",
+                0,
+                CallStatus::Invalid,
+                r#"{"city": "Pa"#,
+            ),
+            call("call_s2", "get_weather", 1, json!({"city": "Rome"})),
+        ],
+        vec![result("call_s2", "21C")],
+    );
+    signed_cut.calls[0]
+        .tool_call
+        .provider_metadata
+        .insert("thoughtSignature".to_string(), json!("c2ln"));
     vec![
+        ("signature-of-a-cut-call", vec![signed_cut]),
         (
             "mixed",
             vec![
@@ -191,6 +211,13 @@ fn provider_sdk_types_reject_a_malformed_result_in_every_target() {
             json!([{"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
                 "function": {"name": "f", "arguments": "{}"}, "extra_content": {"other": 1}}]}]),
         ),
+        // a well-formed tool turn, but without the toolConfig Converse needs for it
+        (
+            "bedrock",
+            json!([{"role": "user", "content": [{"text": "hi"}]},
+                   {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "f", "input": {}}}]},
+                   {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "x"}], "status": "success"}}]}]),
+        ),
     ];
     let cases: Vec<Value> = bad
         .iter()
@@ -223,6 +250,7 @@ fn rendered_history_of_every_target_passes_the_provider_sdk_types() {
                         "name": format!("{name} {target} strict={strict_text} window={window:?}"),
                         "target": target.as_str(),
                         "messages": h.messages,
+                        "tool_config": h.tool_config,
                     }));
                 }
             }

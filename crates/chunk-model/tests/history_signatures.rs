@@ -25,6 +25,15 @@ fn compat_chunk() -> String {
     )
 }
 
+/// The notes about thought signatures (a history may also carry ordering notes: see
+/// `history_ordering.rs`).
+fn signature_notes(notes: &[String]) -> Vec<&String> {
+    notes
+        .iter()
+        .filter(|n| n.contains("thought signature"))
+        .collect()
+}
+
 fn signed(mut s: MessageSnapshot, key: &str, value: Value) -> MessageSnapshot {
     s.calls[0]
         .tool_call
@@ -146,7 +155,7 @@ fn gemini_signatures_render_on_the_gemini_part_they_came_from() {
         // the second parallel call had none and gets none
         assert!(parts[1].get("thoughtSignature").is_none(), "{what}");
         assert_eq!(h.dropped_signatures, 0, "{what}");
-        assert!(h.notes.is_empty(), "{what}");
+        assert!(signature_notes(&h.notes).is_empty(), "{what}");
     }
 }
 
@@ -172,9 +181,9 @@ fn gemini_signatures_are_dropped_with_a_note_for_other_providers() {
         assert!(!text.contains(SIG), "{target}: signature rendered: {text}");
         assert!(!text.contains("extra_content"), "{target}: {text}");
         assert_eq!(h.dropped_signatures, 1, "{target}");
-        assert_eq!(h.notes.len(), 1, "{target}");
-        assert!(h.notes[0].contains("thought signature"), "{:?}", h.notes);
-        assert!(h.notes[0].contains(target.as_str()), "{:?}", h.notes);
+        let notes = signature_notes(&h.notes);
+        assert_eq!(notes.len(), 1, "{target}");
+        assert!(notes[0].contains(target.as_str()), "{:?}", h.notes);
     }
 }
 
@@ -230,4 +239,150 @@ fn invalid_call_is_shown_with_its_raw_text_never_as_empty_arguments() {
             .collect();
         assert_eq!(names, ["get_time"], "{target}: {text}");
     }
+}
+
+/// A Gemini 3 stream (`streamGenerateContent?alt=sse` data lines) of two parallel calls that
+/// arrive in separate chunks, only the first signed, with a thought part and a text part
+/// before them (thought parts carry no signature of a call; the text part's is not a call's).
+fn gemini3_parallel_stream() -> Vec<String> {
+    vec![
+        r#"{"candidates":[{"content":{"parts":[{"text":"Comparing both cities","thought":true}],"role":"model"},"index":0}],"usageMetadata":{"promptTokenCount":61,"thoughtsTokenCount":48},"modelVersion":"gemini-3-pro-preview","responseId":"r1"}"#.to_string(),
+        format!(r#"{{"candidates":[{{"content":{{"parts":[{{"functionCall":{{"name":"get_weather","args":{{"city":"Paris"}}}},"thoughtSignature":"{SIG}"}}],"role":"model"}},"index":0}}],"modelVersion":"gemini-3-pro-preview","responseId":"r1"}}"#),
+        r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"get_weather","args":{"city":"Rome"}}}],"role":"model"},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":61,"candidatesTokenCount":24,"thoughtsTokenCount":48},"modelVersion":"gemini-3-pro-preview","responseId":"r1"}"#.to_string(),
+    ]
+}
+
+#[test]
+fn gemini3_parallel_calls_keep_the_signature_on_the_first_call_only_from_stream_to_history() {
+    let mut calls = Vec::new();
+    for chunk in gemini3_parallel_stream() {
+        for ev in decode(Provider::Gemini, chunk.as_bytes()).unwrap() {
+            if let ChunkEvent::CallEnd(end) = ev {
+                calls.push(end);
+            }
+        }
+    }
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].metadata.get("thoughtSignature"), Some(&json!(SIG)));
+    assert!(
+        calls[1].metadata.get("thoughtSignature").is_none(),
+        "the second call is unsigned"
+    );
+    // stored as decoded (synthetic ids: Gemini gave none), then rendered back
+    let outcomes = calls
+        .iter()
+        .enumerate()
+        .map(|(k, end)| {
+            let args: Value = serde_json::from_str(end.arguments.as_deref().unwrap()).unwrap();
+            let mut c = call(&format!("call_{k}"), "get_weather", k as u32, args);
+            c.tool_call.provider_metadata = end.metadata.clone();
+            c.tool_call
+                .provider_metadata
+                .insert("synthetic_id".into(), json!(true));
+            c
+        })
+        .collect();
+    let mut s = snapshot(
+        "m1",
+        outcomes,
+        vec![result("call_0", "18C"), result("call_1", "21C")],
+    );
+    s.provider = Some(Provider::Gemini);
+    let h = render(&[s], HistoryFormat::Gemini, &HistoryOptions::default()).unwrap();
+    let parts = h.messages[0]["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[0]["thoughtSignature"], SIG);
+    assert_eq!(parts[0]["functionCall"]["args"], json!({"city": "Paris"}));
+    assert!(parts[1].get("thoughtSignature").is_none());
+    assert!(
+        parts.iter().all(|p| p["functionCall"].get("id").is_none()),
+        "synthetic ids are never sent"
+    );
+    assert!(signature_notes(&h.notes).is_empty(), "{:?}", h.notes);
+}
+
+/// Parallel calls, the signed first one cut by the token limit.
+fn first_call_cut(key: &str, value: Value) -> Vec<MessageSnapshot> {
+    let mut cut = cut_call(
+        "function-call-1",
+        "get_weather",
+        0,
+        CallStatus::Invalid,
+        r#"{"city": "Par"#,
+    );
+    cut.tool_call
+        .provider_metadata
+        .insert(key.to_string(), value);
+    vec![snapshot(
+        "m1",
+        vec![
+            cut,
+            call("function-call-2", "get_weather", 1, json!({"city": "Rome"})),
+        ],
+        vec![result("function-call-2", "21C")],
+    )]
+}
+
+#[test]
+fn the_signature_of_a_cut_first_call_goes_to_the_first_call_sent_in_its_turn() {
+    // Gemini 3 rejects a turn whose first function call has no signature: the signed call is
+    // not sent (its raw text is a note), so the first sent call carries its turn's signature.
+    let native = first_call_cut("thoughtSignature", json!(SIG));
+    let h = render(&native, HistoryFormat::Gemini, &HistoryOptions::default()).unwrap();
+    let parts = h.messages[0]["parts"].as_array().unwrap();
+    assert!(parts[0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("Tool call not sent"));
+    assert_eq!(parts[1]["functionCall"]["id"], "function-call-2");
+    assert_eq!(parts[1]["thoughtSignature"], SIG);
+    assert_eq!(h.dropped_signatures, 0);
+    let notes = signature_notes(&h.notes);
+    assert_eq!(notes.len(), 1, "{:?}", h.notes);
+    assert!(
+        notes[0].contains("function-call-1") && notes[0].contains("function-call-2"),
+        "{:?}",
+        h.notes
+    );
+
+    let compat = first_call_cut(
+        "extra_content",
+        json!({"google": {"thought_signature": SIG}}),
+    );
+    let h = render(
+        &compat,
+        HistoryFormat::OpenaiChat,
+        &HistoryOptions::default(),
+    )
+    .unwrap();
+    let calls = h.messages[0]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0]["extra_content"]["google"]["thought_signature"],
+        SIG
+    );
+    assert_eq!(signature_notes(&h.notes).len(), 1, "{:?}", h.notes);
+
+    // other targets: dropped, counted once, no word of moving it
+    let h = render(
+        &native,
+        HistoryFormat::Anthropic,
+        &HistoryOptions::default(),
+    )
+    .unwrap();
+    assert!(!serde_json::to_string(&h.messages).unwrap().contains(SIG));
+    assert_eq!(h.dropped_signatures, 1);
+    let notes = signature_notes(&h.notes);
+    assert_eq!(notes.len(), 1, "{:?}", h.notes);
+    assert!(!notes[0].contains("first function call of its turn"));
+
+    // a sent call with a signature of its own keeps it, and nothing moves
+    let mut own = first_call_cut("thoughtSignature", json!(SIG));
+    own[0].calls[1]
+        .tool_call
+        .provider_metadata
+        .insert("thoughtSignature".into(), json!("own"));
+    let h = render(&own, HistoryFormat::Gemini, &HistoryOptions::default()).unwrap();
+    assert_eq!(h.messages[0]["parts"][1]["thoughtSignature"], "own");
+    assert!(signature_notes(&h.notes).is_empty(), "{:?}", h.notes);
 }

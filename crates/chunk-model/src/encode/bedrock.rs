@@ -12,7 +12,8 @@
 //! ("text content blocks must be non-empty"), so a blank result is sent as
 //! [`EMPTY_RESULT_TEXT`]. Lossy by nature: that substitution; provider metadata; the
 //! `{"value": v}` wrapping of non-object arguments. (The request must also carry `toolConfig`
-//! when its history holds `toolUse`/`toolResult` blocks: the caller's part.)
+//! when its history holds `toolUse`/`toolResult` blocks: the history answer gives one, see
+//! [`crate::history::RenderedHistory::tool_config`].)
 
 use super::parse::{content_text, str_at, Builder, HistoryParseError};
 use super::{EncCall, EncResult, HistoryFormat, Role};

@@ -11,7 +11,8 @@
 //! rejects a history whose call parts lost it); a signature that came through Gemini's
 //! OpenAI-compatible endpoint (`extra_content.google.thought_signature`, the same model's
 //! token) goes there too. Only the calls that carried one get one: of parallel calls Gemini
-//! signs the first only, and the others are sent without. `functionCall.id` / `functionResponse.id` are
+//! signs the first only, and the others are sent without (a signed call that is not sent
+//! gives its signature to the first sent call of its turn: see `history::plan`, rule 5). `functionCall.id` / `functionResponse.id` are
 //! sent only for ids the provider gave: a synthetic id (`synthetic_id: true`) is never sent
 //! upstream. The result text goes in `response.output`, or `response.error` when the tool
 //! failed. Lossy by nature: a call without a wire id comes back with a new synthetic id

@@ -14,11 +14,16 @@
 //!    message `[Tool Result - Previous Context]` + its (truncated) content. It is never dropped
 //!    and never sent as a tool message.
 //! 4. Strict text mode renders the sendable calls and their results as text too.
+//! 5. A turn's Gemini thought signature stays on its turn: Gemini signs the first call of a
+//!    step only (of parallel calls, the others carry none), and Gemini 3 rejects a turn whose
+//!    first function call lacks one. When the signed call is not sent (rule 2) and no sent
+//!    call of the turn carries a signature of its own, the first sent call carries the cut
+//!    call's ([`Block::Calls::signature_from`]); the history answer says so in its notes.
 
 use super::options::HistoryOptions;
 use super::truncate::{truncate, Truncation};
 use crate::call::{CallStatus, ToolCall, ToolResult};
-use crate::encode::Role;
+use crate::encode::{thought_signature, Role};
 use crate::snapshot::MessageSnapshot;
 
 /// The header of an orphaned result rendered as text.
@@ -35,6 +40,9 @@ pub enum Block<'a> {
         note: Option<String>,
         /// The sendable calls, in index order.
         calls: Vec<&'a ToolCall>,
+        /// A call of the turn that is not sent whose thought signature the first sent call
+        /// carries (rule 5).
+        signature_from: Option<&'a ToolCall>,
     },
     /// The answers to the preceding `Calls`, one per call, in call order.
     Results {
@@ -190,10 +198,18 @@ impl<'a> Plan<'a> {
         } else if options.strict_text {
             self.push_strict(turn, note, &answers);
         } else {
+            let unsigned = sendable
+                .iter()
+                .all(|c| thought_signature(&c.provider_metadata).is_none());
+            let signature_from = cut
+                .iter()
+                .map(|o| &o.tool_call)
+                .find(|c| unsigned && thought_signature(&c.provider_metadata).is_some());
             self.blocks.push(Block::Calls {
                 turn,
                 note,
                 calls: sendable,
+                signature_from,
             });
             self.blocks.push(Block::Results {
                 turn,
