@@ -6,12 +6,22 @@
 //! ## Layout
 //! - `cli/` — the commands and their flags:
 //!   - `cli/mod.rs` — [`cli::Cli`]: the subcommands and the one place errors become an exit code;
-//!   - `cli/replay.rs` — `toolstream replay`: recorded streams through the real assembler on a
-//!     temporary sled store, events printed as JSON lines. No server needed;
+//!   - `cli/connection.rs` — the connection and auth flags, written once: `run` and every
+//!     client command flatten them (validated by `Config::validate_connection`, turned into
+//!     options by `nats::connect::base_options`);
+//!   - `cli/replay.rs` — `toolstream replay`: provider streams, `record` files, or
+//!     `--from-nats`, through the real assembler on a scratch store, events printed as JSON
+//!     lines (`--timeline` for a person, `--diff` against the events stream);
+//!   - `cli/record.rs` — `toolstream record`: a conversation's inputs copied off the input
+//!     stream into a file; `cli/input_log.rs` — that file's format, reading the input stream
+//!     through an ordered consumer, and applying inputs exactly as the worker does;
+//!   - `cli/inspect.rs` — `toolstream inspect`: the store's calls, their fragments and chunk
+//!     numbers, results, where an invalid call's JSON breaks (query service or `--data-dir`);
+//!   - `cli/query.rs` — `toolstream query message|history`: the query service;
 //!   - `cli/publish.rs` — `toolstream publish`: a recorded stream (or tool results) to JetStream
 //!     as a producer would send it, ids from `chunk_model::wire::msg_id`;
 //!   - `cli/tail.rs` — `toolstream tail`: events as JSON lines, live or from the start;
-//!   - `cli/client_args.rs` — the connection flags `publish` and `tail` share.
+//!   - `cli/output.rs` — color (terminals only), aligned columns, progress on stderr.
 //! - `run/` — `toolstream run`, the JetStream worker:
 //!   - `run/mod.rs` — the wiring from configuration to a clean exit, and the shutdown order;
 //!   - `run/args.rs` (the flags and environment variables, laid over the file),

@@ -27,6 +27,7 @@ mod attempts;
 mod close;
 mod dead_letter;
 mod inner;
+mod inspect;
 pub mod records;
 mod results;
 mod retention;

@@ -1,8 +1,13 @@
-//! The command line: `toolstream run | replay | publish | tail`, and the one place an error
+//! The command line: `toolstream run | replay | publish | tail | record | inspect | query`, and the one place an error
 //! becomes an exit code.
 
-pub(crate) mod client_args;
+pub(crate) mod connection;
+pub(crate) mod input_log;
+pub(crate) mod inspect;
+pub(crate) mod output;
 pub mod publish;
+pub(crate) mod query;
+pub(crate) mod record;
 pub(crate) mod replay;
 pub(crate) mod tail;
 
@@ -27,6 +32,13 @@ enum Command {
     Publish(publish::PublishArgs),
     /// Print toolstream's events as JSON lines as they arrive.
     Tail(tail::TailArgs),
+    /// Copy a conversation's chunks and results from the input stream into a file `replay` reads.
+    Record(record::RecordArgs),
+    /// Ask the worker's query service: a message's stored calls, or a conversation's history.
+    Query(query::QueryArgs),
+    /// Show what the store holds for a conversation: calls, fragments and the chunks they came
+    /// from, results, and where an invalid call's JSON breaks.
+    Inspect(inspect::InspectArgs),
 }
 
 impl Cli {
@@ -37,6 +49,9 @@ impl Cli {
             Command::Replay(args) => replay::main(args),
             Command::Publish(args) => publish::main(args),
             Command::Tail(args) => tail::main(args),
+            Command::Record(args) => record::main(args),
+            Command::Query(args) => query::main(args),
+            Command::Inspect(args) => inspect::main(args),
         };
         match result {
             Ok(code) => code,

@@ -54,9 +54,9 @@ const IN_FLIGHT: usize = 256;
 /// Arguments of `toolstream publish`.
 #[derive(Debug, clap::Args)]
 pub struct PublishArgs {
-    /// NATS server and subject prefix.
+    /// Server, subject prefix, auth and TLS (the same flags as `run`).
     #[command(flatten)]
-    pub client: crate::cli::client_args::ClientArgs,
+    pub client: crate::cli::connection::ConnectionArgs,
     /// Provider stream format or vendor alias (openai-chat, anthropic, gemini, ...). When
     /// omitted for chunks, it is detected from the recording's first chunk that says.
     #[arg(long)]
@@ -176,7 +176,8 @@ fn subject(args: &PublishArgs) -> anyhow::Result<String> {
     } else {
         InputKind::Chunk
     };
-    Ok(Subjects::new(&args.client.subject_prefix).input(kind, &args.conversation, &args.message))
+    let prefix = args.client.resolve()?.subject_prefix;
+    Ok(Subjects::new(&prefix).input(kind, &args.conversation, &args.message))
 }
 
 /// Reads the recording and returns its frames' bodies.
@@ -301,7 +302,7 @@ async fn run(
     subject: &str,
     messages: Vec<Outgoing>,
 ) -> anyhow::Result<Published> {
-    let client = args.client.connect().await?;
+    let (_, client) = args.client.connect("toolstream-publish").await?;
     let js = async_nats::jetstream::new(client.clone());
     let mut out = Published::default();
     let mut pending = FuturesOrdered::new();
@@ -374,10 +375,9 @@ mod tests {
 
     fn args(results: bool, conv: &str) -> PublishArgs {
         PublishArgs {
-            client: crate::cli::client_args::ClientArgs {
-                nats_url: String::new(),
-                subject_prefix: "ts".into(),
-                auth: Default::default(),
+            client: crate::cli::connection::ConnectionArgs {
+                subject_prefix: Some("ts".into()),
+                ..Default::default()
             },
             provider: None,
             conversation: conv.into(),

@@ -19,9 +19,9 @@ use tokio::time::Instant;
 /// Arguments of `toolstream tail`.
 #[derive(Debug, clap::Args)]
 pub struct TailArgs {
-    /// NATS server and subject prefix.
+    /// Server, subject prefix, auth and TLS (the same flags as `run`).
     #[command(flatten)]
-    pub client: crate::cli::client_args::ClientArgs,
+    pub client: crate::cli::connection::ConnectionArgs,
     /// Only this conversation's events (default: every conversation).
     #[arg(long)]
     pub conversation: Option<String>,
@@ -41,7 +41,7 @@ pub struct TailArgs {
 }
 
 /// Parses `500ms`, `30s`, `2m`, `1h` or bare seconds.
-fn parse_timeout(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_timeout(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
@@ -95,7 +95,7 @@ fn filter(args: &TailArgs) -> anyhow::Result<String> {
         }
     }
     Ok(
-        chunk_model::wire::Subjects::new(&args.client.subject_prefix)
+        chunk_model::wire::Subjects::new(&args.client.resolve()?.subject_prefix)
             .events_filter(args.conversation.as_deref()),
     )
 }
@@ -121,7 +121,7 @@ impl Source {
 
 async fn run(args: &TailArgs) -> anyhow::Result<TailEnd> {
     let subject = filter(args)?;
-    let client = args.client.connect().await?;
+    let (_, client) = args.client.connect("toolstream-tail").await?;
     let mut source = if args.from_start {
         let js = async_nats::jetstream::new(client.clone());
         let stream_name = js.stream_by_subject(subject.clone()).await.with_context(|| {
@@ -205,11 +205,7 @@ mod tests {
 
     fn args(conv: Option<&str>) -> TailArgs {
         TailArgs {
-            client: crate::cli::client_args::ClientArgs {
-                nats_url: String::new(),
-                subject_prefix: "toolstream".into(),
-                auth: Default::default(),
-            },
+            client: crate::cli::connection::ConnectionArgs::default(),
             conversation: conv.map(String::from),
             from_start: false,
             count: None,

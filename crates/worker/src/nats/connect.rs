@@ -5,6 +5,7 @@
 use crate::run::config::Config;
 use anyhow::Context as _;
 use async_nats::{ConnectOptions, Event};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,17 +26,15 @@ pub fn reconnect_delay(attempts: usize) -> Duration {
 /// Called with every connection event (after it is logged), e.g. to keep `/healthz` current.
 pub type EventHook = Arc<dyn Fn(&Event) + Send + Sync>;
 
-/// Builds the connect options for `config` (reads the nkey seed file).
-pub async fn options(
-    config: &Config,
-    name: &str,
-    hook: Option<EventHook>,
-) -> anyhow::Result<ConnectOptions> {
+/// The one place connection settings become async-nats options: auth (at most one kind, as
+/// `Config::validate_connection` checked), TLS and the inbox prefix, for the worker and every
+/// client command alike. Reads the nkey seed file and checks the TLS files exist.
+pub async fn base_options(config: &Config) -> anyhow::Result<ConnectOptions> {
     let a = &config.auth;
     let mut opts = if let Some(path) = &a.creds_file {
         ConnectOptions::with_credentials_file(path)
             .await
-            .with_context(|| format!("auth.creds_file {}", path.display()))?
+            .with_context(|| format!("auth.creds_file (--creds-file) {}", path.display()))?
     } else {
         ConnectOptions::new()
     };
@@ -46,7 +45,7 @@ pub async fn options(
         opts = opts.user_and_password(user.clone(), password.clone());
     }
     if let Some(path) = &a.nkey_seed_file {
-        opts = opts.nkey(read_user_seed(path).context("auth.nkey_seed_file")?);
+        opts = opts.nkey(read_user_seed(path).context("auth.nkey_seed_file (--nkey-seed-file)")?);
     }
     let t = &config.tls;
     if t.required {
@@ -54,7 +53,10 @@ pub async fn options(
     }
     if let Some(ca) = &t.ca_file {
         if !ca.is_file() {
-            anyhow::bail!("tls.ca_file {} does not exist", ca.display());
+            anyhow::bail!(
+                "tls.ca_file (--tls-ca-file) {} does not exist",
+                ca.display()
+            );
         }
         opts = opts.add_root_certificates(ca.clone());
     }
@@ -66,19 +68,36 @@ pub async fn options(
         }
         opts = opts.add_client_certificate(cert.clone(), key.clone());
     }
-    Ok(opts
-        .custom_inbox_prefix(&config.inbox_prefix)
+    Ok(opts.custom_inbox_prefix(&config.inbox_prefix))
+}
+
+/// The worker's connect options for `config`: [`base_options`], retried on the initial
+/// connect and reconnected forever with capped backoff, events logged (an unreachable server
+/// is said once with its cause, then at growing intervals) and handed to `hook`.
+pub async fn options(
+    config: &Config,
+    name: &str,
+    hook: Option<EventHook>,
+) -> anyhow::Result<ConnectOptions> {
+    let failures = Arc::new(AtomicU64::new(0));
+    let url: Arc<str> = Arc::from(config.nats_url.as_str());
+    Ok(base_options(config)
+        .await?
         .name(name)
         .retry_on_initial_connect()
         .max_reconnects(None)
         .connection_timeout(Duration::from_secs(5))
         .reconnect_delay_callback(reconnect_delay)
         .event_callback(move |event| {
-            log_event(&event);
-            if let Some(hook) = &hook {
-                hook(&event);
+            let hook = hook.clone();
+            let failures = Arc::clone(&failures);
+            let url = Arc::clone(&url);
+            async move {
+                log_event(&event, &failures, &url).await;
+                if let Some(hook) = &hook {
+                    hook(&event);
+                }
             }
-            async {}
         }))
 }
 
@@ -92,9 +111,20 @@ pub fn read_user_seed(path: &std::path::Path) -> anyhow::Result<String> {
         .with_context(|| format!("{}: no user seed (a line starting with SU)", path.display()))
 }
 
-fn log_event(event: &Event) {
+/// Logs a connection event. A failed (re)connect attempt says why the server cannot be
+/// reached ("connection refused to 127.0.0.1:4222") on the 1st, 2nd, 4th, 8th, … failure in a
+/// row, not on every attempt: the client retries every [`MAX_RECONNECT_DELAY`] for as long as
+/// the outage lasts.
+async fn log_event(event: &Event, failures: &AtomicU64, url: &str) {
     match event {
-        Event::Connected => tracing::info!(target: "toolstream::nats", "connected to NATS"),
+        Event::Connected => {
+            let failed = failures.swap(0, Ordering::Relaxed);
+            if failed > 0 {
+                tracing::info!(target: "toolstream::nats", url, failed_attempts = failed, "connected to NATS");
+            } else {
+                tracing::info!(target: "toolstream::nats", url, "connected to NATS");
+            }
+        }
         Event::Disconnected => {
             tracing::warn!(target: "toolstream::nats", "disconnected from NATS; reconnecting")
         }
@@ -109,10 +139,80 @@ fn log_event(event: &Event) {
         Event::ServerError(err) => {
             tracing::error!(target: "toolstream::nats", error = %err, "server error")
         }
-        // every failed reconnect attempt lands here during an outage: a warning, not an error
         Event::ClientError(err) => {
-            tracing::warn!(target: "toolstream::nats", error = %err, "client error")
+            let n = failures.fetch_add(1, Ordering::Relaxed) + 1;
+            if !n.is_power_of_two() {
+                return;
+            }
+            // async-nats reports only the kind ("IO error"): find the cause by trying the
+            // server's address once more.
+            let why = match err {
+                async_nats::ClientError::Other(kind) if kind == "IO error" => {
+                    unreachable_cause(url).await
+                }
+                other => other.to_string(),
+            };
+            tracing::warn!(
+                target: "toolstream::nats",
+                failed_attempts = n,
+                "cannot reach the NATS server: {why}; retrying every {}s at most",
+                MAX_RECONNECT_DELAY.as_secs()
+            );
         }
+    }
+}
+
+/// Why the first server of `urls` cannot be reached, in words: "connection refused to
+/// 127.0.0.1:4222", "no route to …", a name that does not resolve.
+pub async fn unreachable_cause(urls: &str) -> String {
+    let Some(first) = urls.split(',').map(str::trim).find(|u| !u.is_empty()) else {
+        return "no server URL".to_string();
+    };
+    let addr: async_nats::ServerAddr = match first.parse() {
+        Ok(a) => a,
+        Err(e) => return format!("{first}: {e}"),
+    };
+    let target = format!("{}:{}", addr.host(), addr.port());
+    let attempt = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect(target.clone()),
+    )
+    .await;
+    match attempt {
+        Err(_) => format!("no answer from {target} within 2s"),
+        Ok(Ok(_)) => format!("{target} accepts TCP connections but the NATS handshake failed (TLS, auth, or not a NATS server?)"),
+        Ok(Err(e)) => match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => format!("connection refused to {target}"),
+            _ => format!("{target}: {e}"),
+        },
+    }
+}
+
+/// The server addresses of a comma-separated `nats_url`.
+fn server_addrs(nats_url: &str) -> anyhow::Result<Vec<async_nats::ServerAddr>> {
+    nats_url
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| u.parse())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("nats_url {nats_url:?}"))
+}
+
+/// Connects a client command: fails at once, naming the server and why it cannot be reached,
+/// instead of retrying like the worker.
+pub async fn connect_client(config: &Config, name: &str) -> anyhow::Result<async_nats::Client> {
+    let opts = base_options(config)
+        .await?
+        .name(name)
+        .connection_timeout(Duration::from_secs(5));
+    match opts.connect(server_addrs(&config.nats_url)?).await {
+        Ok(client) => Ok(client),
+        Err(e) if matches!(e.kind(), async_nats::ConnectErrorKind::Io) => {
+            let why = unreachable_cause(&config.nats_url).await;
+            anyhow::bail!("cannot connect to NATS at {}: {why}", config.nats_url)
+        }
+        Err(e) => anyhow::bail!("cannot connect to NATS at {}: {e}", config.nats_url),
     }
 }
 
@@ -124,18 +224,7 @@ pub async fn connect(
     hook: Option<EventHook>,
 ) -> anyhow::Result<async_nats::Client> {
     let opts = options(config, name, hook).await?;
-    let urls: Vec<&str> = config
-        .nats_url
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .collect();
-    let addrs: Vec<async_nats::ServerAddr> = urls
-        .iter()
-        .map(|u| u.parse())
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("nats_url {:?}", config.nats_url))?;
-    opts.connect(addrs)
+    opts.connect(server_addrs(&config.nats_url)?)
         .await
         .with_context(|| format!("connect to {}", config.nats_url))
 }

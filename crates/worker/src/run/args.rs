@@ -17,53 +17,18 @@ pub struct RunArgs {
     #[arg(long)]
     pub print_config: bool,
 
-    /// NATS server URL(s), comma-separated [default: nats://127.0.0.1:4222].
-    #[arg(long, env = "TOOLSTREAM_NATS_URL", value_name = "URL")]
-    pub nats_url: Option<String>,
+    /// Server, subject prefix, auth and TLS: the flags every client command takes too.
+    #[command(flatten)]
+    pub connection: crate::cli::connection::ConnectionArgs,
     /// Directory of the sled store [default: ./data].
     #[arg(long, env = "TOOLSTREAM_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// First token of every subject [default: toolstream].
-    #[arg(long, env = "TOOLSTREAM_SUBJECT_PREFIX", value_name = "PREFIX")]
-    pub subject_prefix: Option<String>,
-    /// Prefix of the worker's reply subjects; give it its own (e.g. _INBOX_toolstream) that
-    /// only it may subscribe to [default: _INBOX].
-    #[arg(long, env = "TOOLSTREAM_INBOX_PREFIX", value_name = "PREFIX")]
-    pub inbox_prefix: Option<String>,
     /// Log format [default: human]; the level comes from RUST_LOG.
     #[arg(long, env = "TOOLSTREAM_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
     /// Listen address of /metrics and /healthz [default: 127.0.0.1:9090].
     #[arg(long, env = "TOOLSTREAM_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
-
-    /// NATS token authentication.
-    #[arg(long, env = "TOOLSTREAM_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// NATS user (with --password).
-    #[arg(long, env = "TOOLSTREAM_USER")]
-    pub user: Option<String>,
-    /// NATS password (with --user); prefer the environment variable.
-    #[arg(long, env = "TOOLSTREAM_PASSWORD", hide_env_values = true)]
-    pub password: Option<String>,
-    /// File holding an nkey seed.
-    #[arg(long, env = "TOOLSTREAM_NKEY_SEED_FILE", value_name = "FILE")]
-    pub nkey_seed_file: Option<PathBuf>,
-    /// NATS .creds file (JWT + seed).
-    #[arg(long, env = "TOOLSTREAM_CREDS_FILE", value_name = "FILE")]
-    pub creds_file: Option<PathBuf>,
-    /// Require TLS towards the server.
-    #[arg(long, env = "TOOLSTREAM_TLS_REQUIRED", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub tls_required: Option<bool>,
-    /// PEM file of CA certificates for the server's certificate.
-    #[arg(long, env = "TOOLSTREAM_TLS_CA_FILE", value_name = "FILE")]
-    pub tls_ca_file: Option<PathBuf>,
-    /// PEM client certificate for mutual TLS (with --tls-key-file).
-    #[arg(long, env = "TOOLSTREAM_TLS_CERT_FILE", value_name = "FILE")]
-    pub tls_cert_file: Option<PathBuf>,
-    /// PEM private key of the client certificate.
-    #[arg(long, env = "TOOLSTREAM_TLS_KEY_FILE", value_name = "FILE")]
-    pub tls_key_file: Option<PathBuf>,
 
     /// Input stream name [default: TOOLSTREAM_IN].
     #[arg(long, env = "TOOLSTREAM_INPUT_STREAM", value_name = "NAME")]
@@ -154,12 +119,6 @@ fn set<T>(slot: &mut T, value: Option<T>) {
     }
 }
 
-fn set_opt<T>(slot: &mut Option<T>, value: Option<T>) {
-    if value.is_some() {
-        *slot = value;
-    }
-}
-
 impl RunArgs {
     /// The effective configuration: defaults < file < environment < flags, validated.
     pub fn resolve(self) -> anyhow::Result<Config> {
@@ -167,22 +126,10 @@ impl RunArgs {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
-        set(&mut c.nats_url, self.nats_url);
+        self.connection.lay_over(&mut c);
         set(&mut c.data_dir, self.data_dir);
-        set(&mut c.subject_prefix, self.subject_prefix);
-        set(&mut c.inbox_prefix, self.inbox_prefix);
         set(&mut c.log_format, self.log_format);
         set(&mut c.metrics_listen, self.metrics_listen);
-
-        set_opt(&mut c.auth.token, self.token);
-        set_opt(&mut c.auth.user, self.user);
-        set_opt(&mut c.auth.password, self.password);
-        set_opt(&mut c.auth.nkey_seed_file, self.nkey_seed_file);
-        set_opt(&mut c.auth.creds_file, self.creds_file);
-        set(&mut c.tls.required, self.tls_required);
-        set_opt(&mut c.tls.ca_file, self.tls_ca_file);
-        set_opt(&mut c.tls.cert_file, self.tls_cert_file);
-        set_opt(&mut c.tls.key_file, self.tls_key_file);
 
         set(&mut c.streams.input, self.input_stream);
         set(&mut c.streams.events, self.events_stream);

@@ -79,13 +79,7 @@ impl Config {
                 bail!("{field} must be at most 24h");
             }
         }
-        validate_prefix(&self.subject_prefix)?;
-        if let Err(e) = check_prefix(&self.inbox_prefix) {
-            bail!(
-                "inbox_prefix {:?} must be one or more subject tokens: a token {e}",
-                self.inbox_prefix
-            );
-        }
+        self.validate_connection()?;
         for (field, name) in [
             ("streams.input", &self.streams.input),
             ("streams.events", &self.streams.events),
@@ -99,6 +93,22 @@ impl Config {
             {
                 bail!("{field} {name:?} is not a valid JetStream name (no '.', '*', '>', '/', spaces)");
             }
+        }
+        Ok(())
+    }
+
+    /// The settings of the connection alone (subject and inbox prefixes, auth, TLS): the one
+    /// check of the flags `run` and every client command share (`cli/connection.rs`).
+    pub fn validate_connection(&self) -> anyhow::Result<()> {
+        validate_prefix(&self.subject_prefix)?;
+        if let Err(e) = check_prefix(&self.inbox_prefix) {
+            bail!(
+                "inbox_prefix {:?} must be one or more subject tokens: a token {e}",
+                self.inbox_prefix
+            );
+        }
+        if self.nats_url.split(',').all(|u| u.trim().is_empty()) {
+            bail!("nats_url is empty: give the server's URL (nats://host:4222)");
         }
         let a = &self.auth;
         let kinds = [

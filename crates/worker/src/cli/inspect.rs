@@ -1,0 +1,630 @@
+//! `toolstream inspect C [M]`: what the store holds for a conversation (or one message), and
+//! why: each call's state and reason, the argument fragments with the chunk numbers they came
+//! from, results, and for a call whose arguments are not JSON the exact place they break
+//! (offset, line, column, a marked excerpt, and the chunk that carried that byte).
+//!
+//! Two sources for the store's view:
+//! - a running worker, through its query service (`query.message` per message; the messages
+//!   of a conversation are the ones its inputs name on the input stream);
+//! - `--data-dir DIR`: a stopped worker's store, opened read-only
+//!   (`assembler::Store::open_to_inspect`; a running worker holds the store's lock).
+//!
+//! The fragments come from the input stream (an ordered consumer, no effect on the worker):
+//! each chunk decoded again with its provider. With `--data-dir` and no server answering they
+//! are left out, saying so.
+
+use super::input_log::{self, RecordedInput};
+use super::output::{columns, Style};
+use super::query::{excerpt, word};
+use anyhow::{bail, Context};
+use chunk_model::{ChunkEvent, MessageSnapshot, Provider};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Arguments of `toolstream inspect`.
+#[derive(Debug, clap::Args)]
+pub struct InspectArgs {
+    /// Server, subject prefix, auth and TLS (the same flags as `run`).
+    #[command(flatten)]
+    pub client: crate::cli::connection::ConnectionArgs,
+    /// Conversation id.
+    pub conversation: String,
+    /// Only this message.
+    pub message: Option<String>,
+    /// Read a stopped worker's store in this directory instead of asking a running worker.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Print one JSON object (for scripts) instead of text for a person.
+    #[arg(long)]
+    pub json: bool,
+    /// Input stream name [default: TOOLSTREAM_IN].
+    #[arg(long, env = "TOOLSTREAM_INPUT_STREAM", default_value = "TOOLSTREAM_IN")]
+    pub input_stream: String,
+    /// How long to wait for each answer of the query service.
+    #[arg(long, default_value = "5s", value_parser = super::tail::parse_timeout)]
+    pub timeout: Duration,
+}
+
+/// The whole report (`--json`).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The conversation.
+    pub conversation: String,
+    /// `query service` or `data dir <path>`.
+    pub source: String,
+    /// Why fragments are missing, when they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragments_unavailable: Option<String>,
+    /// Each message.
+    pub messages: Vec<MessageReport>,
+}
+
+/// One message.
+#[derive(Debug, Serialize)]
+pub struct MessageReport {
+    /// What the store holds.
+    pub snapshot: MessageSnapshot,
+    /// Per call (same order as `snapshot.calls`): fragments and the JSON break.
+    pub calls: Vec<CallReport>,
+    /// Inputs of this message on the input stream.
+    pub inputs: usize,
+}
+
+/// What inspect adds to a stored call.
+#[derive(Debug, Default, Serialize)]
+pub struct CallReport {
+    /// The call's id.
+    pub id: String,
+    /// Argument fragments in the order applied.
+    pub fragments: Vec<Fragment>,
+    /// Where the arguments stop being JSON (calls that did not complete).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub json_break: Option<JsonBreak>,
+}
+
+/// One argument fragment and the chunk it came from.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Fragment {
+    /// The chunk's `Toolstream-Seq` (absent when the producer did not number).
+    pub seq: Option<u64>,
+    /// The chunk's JetStream stream sequence.
+    pub stream_seq: u64,
+    /// The argument text it added.
+    pub text: String,
+}
+
+/// Where argument text stops being JSON.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct JsonBreak {
+    /// Byte offset of the first byte that cannot be JSON (the length when the text ends early).
+    pub offset: usize,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// The parser's words.
+    pub error: String,
+    /// Text around the offset, on one line.
+    pub excerpt: String,
+    /// Spaces then `^` under the offset in `excerpt`.
+    pub marker: String,
+    /// The fragment (index into `fragments`) that carried the offending byte, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragment: Option<usize>,
+}
+
+/// Where `text` stops being JSON, or `None` when it is JSON.
+pub fn json_break(text: &str) -> Option<JsonBreak> {
+    let err = serde_json::from_str::<serde::de::IgnoredAny>(text).err()?;
+    let (line, column) = (err.line(), err.column());
+    let offset = if err.classify() == serde_json::error::Category::Eof || line == 0 {
+        text.len()
+    } else {
+        let line_start: usize = text
+            .split_inclusive('\n')
+            .take(line.saturating_sub(1))
+            .map(str::len)
+            .sum();
+        // serde_json's column counts bytes, 1-based, and points at the offending byte
+        (line_start + column.saturating_sub(1)).min(text.len())
+    };
+    let mut before_start = offset.saturating_sub(40);
+    while !text.is_char_boundary(before_start) {
+        before_start -= 1;
+    }
+    let mut after_end = (offset + 30).min(text.len());
+    while !text.is_char_boundary(after_end) {
+        after_end += 1;
+    }
+    let mut at = offset;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let flat = |s: &str| -> String {
+        s.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect()
+    };
+    let before = flat(&text[before_start..at]);
+    let after = flat(&text[at..after_end]);
+    let lead = if before_start > 0 { "…" } else { "" };
+    let tail = if after_end < text.len() { "…" } else { "" };
+    let marker = format!(
+        "{}^",
+        " ".repeat(lead.chars().count() + before.chars().count())
+    );
+    let message = err.to_string();
+    let error = message
+        .split(" at line ")
+        .next()
+        .unwrap_or(&message)
+        .to_string();
+    Some(JsonBreak {
+        offset,
+        line: line.max(1),
+        column,
+        error,
+        excerpt: format!("{lead}{before}{after}{tail}"),
+        marker,
+        fragment: None,
+    })
+}
+
+/// The calls of one message as its chunks said them: fragments per call, in the order the
+/// provider opened the calls (the order the store numbers them).
+#[derive(Debug, Default)]
+struct Traces {
+    calls: Vec<Trace>,
+}
+
+#[derive(Debug, Default)]
+struct Trace {
+    wire_id: Option<String>,
+    index: Option<u32>,
+    item: Option<String>,
+    fragments: Vec<Fragment>,
+}
+
+impl Traces {
+    /// The trace a reference names, opening one for a fragment that names none known.
+    fn find(&mut self, r: &chunk_model::CallRef, open: bool) -> Option<&mut Trace> {
+        let pos = self
+            .calls
+            .iter()
+            .rposition(|t| r.wire_id.is_some() && t.wire_id == r.wire_id)
+            .or_else(|| {
+                self.calls
+                    .iter()
+                    .rposition(|t| r.item_id.is_some() && t.item == r.item_id)
+            })
+            .or_else(|| {
+                self.calls.iter().rposition(|t| {
+                    r.index.is_some()
+                        && t.index == r.index
+                        && (r.wire_id.is_none() || t.wire_id.is_none())
+                })
+            });
+        let pos = match pos {
+            Some(p) => p,
+            None if open => {
+                self.calls.push(Trace::default());
+                self.calls.len() - 1
+            }
+            None => return None,
+        };
+        let t = self.calls.get_mut(pos)?;
+        if t.wire_id.is_none() {
+            t.wire_id.clone_from(&r.wire_id);
+        }
+        if t.item.is_none() {
+            t.item.clone_from(&r.item_id);
+        }
+        if t.index.is_none() {
+            t.index = r.index;
+        }
+        Some(t)
+    }
+
+    fn add(&mut self, input: &RecordedInput, provider: Provider, body: &[u8]) {
+        let Ok(events) = chunk_model::decode(provider, body) else {
+            return;
+        };
+        let seq = input
+            .header(chunk_model::wire::headers::SEQ)
+            .and_then(|s| s.trim().parse().ok());
+        for e in events {
+            let (at, text) = match &e {
+                ChunkEvent::CallFragment(f) => {
+                    let mut text = f.arguments.clone().unwrap_or_default();
+                    if !f.path_values.is_empty() {
+                        text.push_str(&format!("⟨{} path value(s)⟩", f.path_values.len()));
+                    }
+                    (&f.at, text)
+                }
+                ChunkEvent::CallEnd(end) => match &end.arguments {
+                    // an end carrying the whole arguments (Gemini, Bedrock): one fragment
+                    Some(args) => (&end.at, args.to_string()),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            let open = matches!(e, ChunkEvent::CallFragment(_));
+            if let Some(t) = self.find(at, open) {
+                if !text.is_empty() {
+                    t.fragments.push(Fragment {
+                        seq,
+                        stream_seq: input.stream_seq,
+                        text,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The inputs of each message (by message id, in stream order) and the fragments of its calls.
+fn trace_inputs(prefix: &str, inputs: &[RecordedInput]) -> BTreeMap<String, (usize, Traces)> {
+    let subjects = chunk_model::wire::Subjects::new(prefix);
+    let mut providers: BTreeMap<String, Provider> = BTreeMap::new();
+    let mut conversation_provider: Option<Provider> = None;
+    let mut out: BTreeMap<String, (usize, Traces)> = BTreeMap::new();
+    for input in inputs {
+        let Ok(parsed) = subjects.parse_input(&input.subject) else {
+            continue;
+        };
+        let msg = parsed.message_id.to_string();
+        let entry = out.entry(msg.clone()).or_default();
+        entry.0 += 1;
+        if parsed.kind != chunk_model::wire::InputKind::Chunk {
+            continue;
+        }
+        let named = input
+            .header(chunk_model::wire::headers::PROVIDER)
+            .and_then(Provider::parse);
+        if let Some(p) = named {
+            providers.entry(msg.clone()).or_insert(p);
+            conversation_provider.get_or_insert(p);
+        }
+        let Some(provider) = providers.get(&msg).copied().or(conversation_provider) else {
+            continue;
+        };
+        if let Ok(body) = input.payload() {
+            entry.1.add(input, provider, &body);
+        }
+    }
+    out
+}
+
+/// Joins the store's calls with the traces of their chunks: by wire id first, then in order.
+fn call_reports(snapshot: &MessageSnapshot, traces: Option<&Traces>) -> Vec<CallReport> {
+    let mut taken = vec![false; traces.map_or(0, |t| t.calls.len())];
+    let mut out = Vec::with_capacity(snapshot.calls.len());
+    for (pos, call) in snapshot.calls.iter().enumerate() {
+        let mut report = CallReport {
+            id: call.tool_call.id.clone(),
+            ..Default::default()
+        };
+        if let Some(traces) = traces {
+            let by_id = traces
+                .calls
+                .iter()
+                .position(|t| t.wire_id.as_deref() == Some(call.tool_call.id.as_str()));
+            let chosen = by_id.or_else(|| {
+                (pos..traces.calls.len())
+                    .chain(0..pos.min(traces.calls.len()))
+                    .find(|i| !taken[*i] && traces.calls[*i].wire_id.is_none())
+            });
+            if let Some(i) = chosen {
+                taken[i] = true;
+                report.fragments = traces.calls[i].fragments.clone();
+            }
+        }
+        let custom = matches!(call.tool_call.kind, chunk_model::CallKind::Custom);
+        if call.status != chunk_model::CallStatus::Completed && !custom {
+            report.json_break = json_break(&call.tool_call.raw_arguments).map(|mut b| {
+                let mut end = 0;
+                b.fragment = report.fragments.iter().position(|f| {
+                    end += f.text.len();
+                    end > b.offset
+                });
+                if b.fragment.is_none() && !report.fragments.is_empty() {
+                    // the text ended early: the last fragment is where it stops
+                    b.fragment = Some(report.fragments.len() - 1);
+                }
+                b
+            });
+        }
+        out.push(report);
+    }
+    out
+}
+
+/// Runs the command.
+pub fn main(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    input_log::check_ids(&args.conversation, args.message.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let _entered = runtime.enter();
+    let config = args.client.resolve()?;
+    let prefix = config.subject_prefix.clone();
+    let progress = super::output::Progress::new("inspect");
+
+    // the store's view first when it is a directory: it needs no server
+    let offline = match &args.data_dir {
+        Some(dir) => {
+            let store = assembler::Store::open_to_inspect(dir, assembler::Config::default())
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot open the store in {}: {e} (is a worker running on it? then leave out --data-dir: inspect asks its query service)",
+                        dir.display()
+                    )
+                })?
+                .with_context(|| format!("{} holds no toolstream store", dir.display()))?;
+            let snapshots = match &args.message {
+                Some(m) => store
+                    .message_snapshot(&args.conversation, m)?
+                    .into_iter()
+                    .collect(),
+                None => store.conversation(&args.conversation)?,
+            };
+            Some(snapshots)
+        }
+        None => None,
+    };
+
+    // the inputs, for the fragments (and, from a running worker, the message ids)
+    let connected = runtime.block_on(async {
+        let (_, client) = args.client.connect("toolstream-inspect").await?;
+        let js = async_nats::jetstream::new(client.clone());
+        let inputs = input_log::read_inputs(
+            &js,
+            &args.input_stream,
+            &prefix,
+            &args.conversation,
+            args.message.as_deref(),
+            None,
+            |read, total| progress.show(read, total, "inputs"),
+        )
+        .await?;
+        anyhow::Ok((client, inputs))
+    });
+    progress.done();
+    let (client, inputs, unavailable) = match connected {
+        Ok((client, inputs)) => (Some(client), inputs, None),
+        Err(e) if offline.is_some() => (None, Vec::new(), Some(format!("{e:#}"))),
+        Err(e) => return Err(e),
+    };
+    let traces = trace_inputs(&prefix, &inputs);
+
+    let (source, snapshots) = match offline {
+        Some(s) => (
+            format!(
+                "data dir {}",
+                args.data_dir
+                    .as_deref()
+                    .unwrap_or_else(|| std::path::Path::new("?"))
+                    .display()
+            ),
+            s,
+        ),
+        None => {
+            let Some(client) = &client else {
+                bail!("not connected");
+            };
+            let ids: Vec<String> = match &args.message {
+                Some(m) => vec![m.clone()],
+                None => {
+                    let mut ids = Vec::new();
+                    for input in &inputs {
+                        if let Ok(p) =
+                            chunk_model::wire::Subjects::new(&prefix).parse_input(&input.subject)
+                        {
+                            if !ids.iter().any(|i| i == p.message_id) {
+                                ids.push(p.message_id.to_string());
+                            }
+                        }
+                    }
+                    ids
+                }
+            };
+            let subjects = chunk_model::wire::Subjects::new(&prefix);
+            let mut snapshots = Vec::new();
+            for id in ids {
+                let subject = subjects.query_message(&args.conversation, &id);
+                let answer = runtime.block_on(super::query::ask(
+                    client,
+                    &subject,
+                    Vec::new(),
+                    args.timeout,
+                ));
+                match answer {
+                    Ok(body) => snapshots.push(
+                        serde_json::from_slice::<MessageSnapshot>(&body)
+                            .context("the answer is not a message snapshot")?,
+                    ),
+                    // inputs the worker has not seen yet (or that were all dead letters)
+                    Err(e) if e.to_string().contains("404") => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            ("query service".to_string(), snapshots)
+        }
+    };
+    if snapshots.is_empty() {
+        bail!(
+            "the store ({source}) holds no {} of conversation {:?}{}",
+            if args.message.is_some() {
+                "such message"
+            } else {
+                "message"
+            },
+            args.conversation,
+            if inputs.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} input(s) on the input stream: not applied yet?)",
+                    inputs.len()
+                )
+            }
+        );
+    }
+    let report = Report {
+        conversation: args.conversation.clone(),
+        source,
+        fragments_unavailable: unavailable,
+        messages: snapshots
+            .into_iter()
+            .map(|snapshot| {
+                let t = traces.get(&snapshot.message_id);
+                MessageReport {
+                    calls: call_reports(&snapshot, t.map(|(_, t)| t)),
+                    inputs: t.map_or(0, |(n, _)| *n),
+                    snapshot,
+                }
+            })
+            .collect(),
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        for line in render(&report, &Style::stdout()) {
+            writeln!(out, "{line}")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The report for a person.
+pub fn render(report: &Report, style: &Style) -> Vec<String> {
+    let mut out = vec![format!(
+        "{} {} · from the {}",
+        style.bold("conversation"),
+        report.conversation,
+        report.source
+    )];
+    if let Some(why) = &report.fragments_unavailable {
+        out.push(style.warn(&format!("fragments not shown: {why}")));
+    }
+    for m in &report.messages {
+        let s = &m.snapshot;
+        out.push(String::new());
+        out.push(format!(
+            "{} {} · {} · {}{} · {} input(s)",
+            style.bold("message"),
+            s.message_id,
+            s.provider
+                .map_or("no provider".to_string(), |p| p.to_string()),
+            word(&s.status),
+            s.finish_reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default(),
+            m.inputs
+        ));
+        for (c, r) in s.calls.iter().zip(&m.calls) {
+            let rows = vec![vec![
+                format!("  #{}", c.tool_call.index),
+                c.tool_call.id.clone(),
+                c.tool_call.name.clone(),
+                style.status(&word(&c.status)),
+                c.reason.clone().unwrap_or_default(),
+                format!("{} byte(s) of arguments", c.tool_call.raw_arguments.len()),
+            ]];
+            out.extend(columns(&rows));
+            if !r.fragments.is_empty() {
+                out.push(format!("      {} fragment(s):", r.fragments.len()));
+                let rows: Vec<Vec<String>> = r
+                    .fragments
+                    .iter()
+                    .map(|f| {
+                        vec![
+                            format!(
+                                "        seq {}",
+                                f.seq.map_or("-".to_string(), |n| n.to_string())
+                            ),
+                            style.dim(&format!("stream #{}", f.stream_seq)),
+                            serde_json::to_string(&f.text).unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                out.extend(columns(&rows));
+            }
+            if let Some(b) = &r.json_break {
+                out.push(format!(
+                    "      {} at offset {} (line {}, column {}): {}",
+                    style.bad("JSON breaks"),
+                    b.offset,
+                    b.line,
+                    b.column,
+                    b.error
+                ));
+                out.push(format!("        {}", b.excerpt));
+                out.push(format!("        {}", style.bad(&b.marker)));
+                if let Some(f) = b.fragment.and_then(|i| r.fragments.get(i)) {
+                    out.push(format!(
+                        "        in the fragment of chunk seq {} (stream #{})",
+                        f.seq.map_or("-".to_string(), |n| n.to_string()),
+                        f.stream_seq
+                    ));
+                }
+            }
+        }
+        for res in &s.tool_results {
+            out.push(format!(
+                "  result for {}{}: {}",
+                res.tool_call_id,
+                if res.is_error { " (error)" } else { "" },
+                excerpt(&res.output, 80)
+            ));
+        }
+        for res in &s.orphaned_results {
+            out.push(format!(
+                "  {} result for {}: {}",
+                style.warn("orphaned"),
+                res.tool_call_id,
+                excerpt(&res.output, 80)
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_break_is_the_first_byte_that_cannot_be_json() {
+        let b = json_break(r#"{"city": "Paris", "days": }"#).unwrap();
+        assert_eq!(b.offset, 26, "{b:?}");
+        assert_eq!(&r#"{"city": "Paris", "days": }"#[b.offset..], "}");
+        assert_eq!(b.excerpt.chars().nth(b.marker.len() - 1), Some('}'));
+        assert!(json_break(r#"{"a": [1, 2]}"#).is_none());
+    }
+
+    #[test]
+    fn text_that_ends_early_breaks_at_its_end() {
+        let text = r#"{"query": "weather in Par"#;
+        let b = json_break(text).unwrap();
+        assert_eq!(b.offset, text.len());
+        assert!(b.error.contains("EOF"), "{}", b.error);
+    }
+
+    #[test]
+    fn a_break_on_a_later_line_counts_the_lines_before() {
+        let text = "{\n  \"a\": 1,\n  \"b\": x\n}";
+        let b = json_break(text).unwrap();
+        assert_eq!(&text[b.offset..b.offset + 1], "x");
+        assert_eq!(b.line, 3);
+    }
+}
