@@ -13,6 +13,8 @@ pub struct Percentiles {
     pub p90: Duration,
     /// 99th percentile.
     pub p99: Duration,
+    /// 99.9th percentile.
+    pub p999: Duration,
     /// Largest.
     pub max: Duration,
 }
@@ -32,6 +34,7 @@ pub fn percentiles(samples: &mut [Duration]) -> Option<Percentiles> {
         p50: rank(50.0),
         p90: rank(90.0),
         p99: rank(99.0),
+        p999: rank(99.9),
         max: samples[samples.len() - 1],
     })
 }
@@ -52,6 +55,7 @@ mod tests {
         assert_eq!(p.p50, Duration::from_millis(50));
         assert_eq!(p.p90, Duration::from_millis(90));
         assert_eq!(p.p99, Duration::from_millis(99));
+        assert_eq!(p.p999, Duration::from_millis(100));
         assert_eq!(p.max, Duration::from_millis(100));
         assert!(percentiles(&mut []).is_none());
         let mut one = vec![Duration::from_millis(7)];

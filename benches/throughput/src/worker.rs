@@ -8,6 +8,23 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+/// The worker binary: `explicit`, else `toolstream` next to the running executable.
+pub fn resolve_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let bin = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()
+            .context("current exe")?
+            .with_file_name("toolstream"),
+    };
+    if !bin.is_file() {
+        bail!(
+            "worker binary {} not found: build it first (cargo build --release -p toolstream) or pass --worker-bin",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
 /// A running worker process.
 pub struct Worker {
     child: Option<Child>,
@@ -52,8 +69,23 @@ impl Worker {
         })
     }
 
-    /// Waits until `/healthz` answers 200.
+    /// The process id (`None` once stopped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Waits until `/healthz` answers 200 (polled every 50 ms).
     pub async fn wait_healthy(&mut self, limit: Duration) -> anyhow::Result<()> {
+        self.wait_healthy_every(limit, Duration::from_millis(50))
+            .await
+    }
+
+    /// Waits until `/healthz` answers 200, polling every `poll`.
+    pub async fn wait_healthy_every(
+        &mut self,
+        limit: Duration,
+        poll: Duration,
+    ) -> anyhow::Result<()> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(child) = self.child.as_mut() {
@@ -75,7 +107,7 @@ impl Worker {
                     self.log_tail()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(poll).await;
         }
     }
 

@@ -1,0 +1,31 @@
+//! # toolstream-throughput — toolstream measured end to end
+//!
+//! Two binaries over one library:
+//! - `throughput` — one paced or burst run ([`paced`]): K conversations stream openai-chat
+//!   tool calls into a fresh nats-server and the real worker; chunks/s and the latency from a
+//!   message's call-ending chunk to its `tool_call.completed`.
+//! - `perf` — the performance report ([`drain`], [`report`]): the worker draining a preloaded
+//!   backlog against the bare consumer and the bare relay in the same run, alternating, on the
+//!   typical and the mixed workload and on each nats-server given; then latency at fractions of
+//!   the measured drain rate; a table, a JSON file and an SVG plot.
+//!
+//! ## Layout
+//! - [`streams`] — the generated openai-chat streams (the typical workload).
+//! - [`workloads`] — backlogs: the typical one and the mixed one (every provider's recordings,
+//!   parallel calls, text, arguments from bytes to hundreds of KiB, tool results).
+//! - [`drain`] — preload a backlog, then drain it with the worker, the bare consumer or the bare
+//!   relay; rate, CPU, peak RSS.
+//! - [`paced`] — one paced run and its latencies.
+//! - [`worker`] — the worker process: start, wait healthy, scrape `/metrics`, stop.
+//! - [`procfs`] — CPU time and peak RSS of a process from `/proc`.
+//! - [`stats`] — percentiles and formatting.
+//! - [`report`] — the table, JSON and SVG of a `perf` run.
+
+pub mod drain;
+pub mod paced;
+pub mod procfs;
+pub mod report;
+pub mod stats;
+pub mod streams;
+pub mod worker;
+pub mod workloads;
