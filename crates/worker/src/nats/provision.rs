@@ -337,7 +337,11 @@ async fn ensure_consumer(
                     "look up consumer {name}: {e}"
                 )));
             }
-            tracing::info!(consumer = %name, filter = %want.filter_subject, "creating durable consumer");
+            if want.filter_subject.is_empty() {
+                tracing::info!(consumer = %name, "creating durable consumer of the whole stream");
+            } else {
+                tracing::info!(consumer = %name, filter = %want.filter_subject, "creating durable consumer");
+            }
             input_stream
                 .create_consumer(want.clone())
                 .await

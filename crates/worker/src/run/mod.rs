@@ -59,12 +59,23 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(run(config))
 }
 
-/// Logs to stderr, human or JSON; level from `RUST_LOG` (default `info`).
+/// Logs to stderr, human or JSON; level from `RUST_LOG` (default `info`). Colors only when
+/// stderr is a terminal: a log redirected to a file or a collector gets plain text.
 fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // async-nats logs every failed connect attempt at info as a bare "IO error"; the worker
+    // says it itself, with the cause (nats::connect). Its lines are back with RUST_LOG naming it.
+    let names_async_nats = std::env::var("RUST_LOG").is_ok_and(|v| v.contains("async_nats"));
+    if !names_async_nats {
+        if let Ok(quiet) = "async_nats=warn".parse() {
+            filter = filter.add_directive(quiet);
+        }
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Human => builder.try_init(),
@@ -74,8 +85,11 @@ fn init_tracing(format: LogFormat) {
 
 /// An event carries a call's arguments twice (raw and parsed): with the server's `max_payload`
 /// below that, the biggest calls' events are published in their small form with `payload_ref`
-/// (the whole event in the payload bucket, `sink::payloads`). Says so once at start.
-fn warn_if_events_can_outgrow_max_payload(client: &async_nats::Client, config: &Config) {
+/// (the whole event in the payload bucket, `sink::payloads`). That is the designed path, not a
+/// fault: the default `max_argument_bytes` (8 MiB) is above what the default server
+/// `max_payload` (1 MiB) carries inline, so it is said once, as information, with the size
+/// above which it happens.
+fn say_when_events_go_by_reference(client: &async_nats::Client, config: &Config) {
     let max_payload = client.server_info().max_payload;
     let needed = config
         .assembler
@@ -83,13 +97,14 @@ fn warn_if_events_can_outgrow_max_payload(client: &async_nats::Client, config: &
         .saturating_mul(2)
         .saturating_add(64 * 1024);
     if max_payload > 0 && max_payload < needed {
-        tracing::warn!(
+        tracing::info!(
             max_payload,
             max_argument_bytes = config.assembler.max_argument_bytes,
-            "the server's max_payload is below what an event of a call with max_argument_bytes \
-             of arguments needs (about twice that); such events are stored whole in the \
-             payload bucket and published with payload_ref (subscribers fetch the object). \
-             Raise max_payload (deploy/nats-server.conf) to publish them inline"
+            "the server's max_payload is below what the events of calls with more than about \
+             {} KiB of arguments need: those are stored whole in the payload bucket and \
+             published with payload_ref, as designed (raise max_payload, \
+             deploy/nats-server.conf, to publish them inline)",
+            max_payload.saturating_sub(64 * 1024) / 2 / 1024
         );
     }
 }
@@ -115,6 +130,18 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
 
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
+
+    // The metrics/health port is part of the worker's contract with its supervisor: a worker
+    // that cannot listen on it (a second worker on the same port) refuses to start.
+    let http_listener = tokio::net::TcpListener::bind(config.metrics_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on metrics_listen {} for /metrics and /healthz (another worker \
+                 on the same port? give each its own --metrics-listen)",
+                config.metrics_listen
+            )
+        })?;
 
     let store_dir = config.store_dir();
     // The store holds users' arguments and results: private before sled writes a byte.
@@ -177,7 +204,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         "JetStream ready"
     );
 
-    warn_if_events_can_outgrow_max_payload(&client, &config);
+    say_when_events_go_by_reference(&client, &config);
 
     // Events, dead-letter bodies and query replies larger than max_payload go to this bucket.
     // Created here; if that fails now, the relay and the query service retry on first need.
@@ -220,8 +247,8 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     // GET /metrics and /healthz.
     let http_handle = tokio::spawn(report_early_exit(
         "http endpoint",
-        crate::serve::http::serve(
-            config.metrics_listen,
+        crate::serve::http::serve_on(
+            http_listener,
             Arc::clone(&metrics),
             Arc::clone(&store),
             Arc::clone(&health),
@@ -314,7 +341,12 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
             Err(_) => tracing::warn!("final client flush timed out (not connected?)"),
         }
     }
-    tracing::info!(?drained, "stopped");
+    match drained {
+        Drained::Empty => tracing::info!("stopped; every event published"),
+        Drained::Incomplete => {
+            tracing::info!("stopped; events still in the outbox are published on the next start")
+        }
+    }
     if consume_result.is_err() {
         return Ok(ExitCode::FAILURE);
     }

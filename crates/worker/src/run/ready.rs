@@ -52,7 +52,9 @@ where
     loop {
         if !connected() {
             if !said_waiting {
-                tracing::warn!(url = %url, "waiting for the NATS server");
+                // every start passes here until the first connect: not a warning (a refused
+                // connection is said by nats::connect, with its cause)
+                tracing::info!(url = %url, "waiting for the NATS server");
                 said_waiting = true;
             }
             tokio::select! {

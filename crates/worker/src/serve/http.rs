@@ -10,7 +10,6 @@
 //! value becomes `true` or the sender is dropped (the same type as `query::serve`).
 
 use crate::serve::metrics::Metrics;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,22 +89,9 @@ impl StoreGauges for assembler::Store {
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `addr` until `shutdown` turns `true` (or its sender is
-/// dropped). Binding failures are returned at once, so a taken port is a clear startup error.
-pub async fn serve(
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-    store: Arc<assembler::Store>,
-    health: Arc<Health>,
-    shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("binding the metrics/health endpoint on {addr}: {e}"))?;
-    serve_on(listener, metrics, store, health, shutdown).await
-}
-
-/// [`serve`] on an already bound listener (tests bind port 0 and read the address).
+/// Serves `/metrics` and `/healthz` on `listener` until `shutdown` turns `true` (or its sender
+/// is dropped). The worker binds the listener before anything else (`run::run`), so a taken
+/// port refuses the start; tests bind port 0 and read the address.
 pub async fn serve_on<G: StoreGauges>(
     listener: TcpListener,
     metrics: Arc<Metrics>,
@@ -113,8 +99,10 @@ pub async fn serve_on<G: StoreGauges>(
     health: Arc<Health>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let local = listener.local_addr().ok();
-    tracing::info!(addr = ?local, "metrics and health endpoint listening");
+    match listener.local_addr() {
+        Ok(local) => tracing::info!(addr = %local, "metrics and health endpoint listening"),
+        Err(_) => tracing::info!("metrics and health endpoint listening"),
+    }
     loop {
         tokio::select! {
             () = stopped(&mut shutdown) => break,
@@ -334,6 +322,7 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
     /// Fixed gauges instead of a store.
     struct FakeGauges(Option<u64>, Option<u64>);
