@@ -50,6 +50,7 @@ fn conversation() -> Vec<MessageSnapshot> {
                 calls,
                 tool_results,
                 orphaned_results: Vec::new(),
+                provider_metadata: serde_json::Map::new(),
             }
         })
         .collect()

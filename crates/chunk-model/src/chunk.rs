@@ -100,6 +100,39 @@ pub struct CallEnd {
     pub metadata: Map<String, Value>,
 }
 
+/// What sort of reasoning block a [`ReasoningPiece`] belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningKind {
+    /// Reasoning text with a signature (Anthropic `thinking`, Bedrock `reasoningText`).
+    Thinking,
+    /// Reasoning the provider encrypted (Anthropic `redacted_thinking` `data`, Bedrock
+    /// `redactedContent`).
+    RedactedThinking,
+}
+
+/// A piece of one reasoning block that the provider wants back, unmodified, before the tool
+/// calls it preceded (Anthropic `thinking` / `redacted_thinking` blocks with their
+/// `signature_delta`, Bedrock `reasoningContent`). Not a call: kept as the message's provider
+/// metadata. Every text field is appended to what the block has so far.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReasoningPiece {
+    /// The provider's content block index of the block.
+    pub index: u32,
+    /// The kind of block, when this piece states it (its start, or Bedrock's first delta).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ReasoningKind>,
+    /// Reasoning text to append.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Signature text to append.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Redacted (encrypted) data to append.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
 /// Why the provider ended the message, normalized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -143,6 +176,8 @@ pub enum ChunkEvent {
     },
     /// A tool result carried inside the call stream (AI SDK `tool-result`).
     ToolResult(ResultInput),
+    /// A piece of a reasoning block to keep as the message's provider metadata (not a call).
+    Reasoning(ReasoningPiece),
 }
 
 impl ChunkEvent {

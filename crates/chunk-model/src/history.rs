@@ -25,8 +25,9 @@ pub use plan::{Block, Plan, ORPHAN_HEADER};
 pub use truncate::TRUNCATION_MARKER;
 
 use crate::encode::{
-    encode_calls, encode_results, encode_text, merge_roles_tagged, renders_signature, EncCall,
-    EncResult, HistoryFormat, IdMap, IdRule, META_EXTRA_CONTENT, META_THOUGHT_SIGNATURE,
+    encode_calls, encode_results, encode_text, insert_reasoning, merge_roles_tagged,
+    renders_signature, EncCall, EncResult, HistoryFormat, IdMap, IdRule, META_EXTRA_CONTENT,
+    META_THOUGHT_SIGNATURE,
 };
 use crate::snapshot::MessageSnapshot;
 use serde::Serialize;
@@ -53,6 +54,10 @@ pub struct RenderedHistory {
     /// Gemini thought signatures of kept calls that the target does not carry (any target but
     /// `gemini`, and `openai-chat` for signatures from Gemini's native API); see `notes`.
     pub dropped_signatures: usize,
+    /// Reasoning blocks (Anthropic `thinking` / `redacted_thinking`, Bedrock
+    /// `reasoningContent`) of kept turns that are not sent: any target but `anthropic` and
+    /// `bedrock`, strict text, turns without a sent call, thinking without its signature.
+    pub dropped_reasoning: usize,
     /// What the caller should know about this history (signatures dropped or moved, an
     /// ordering rule of the target that only the caller can satisfy, ...), in words.
     pub notes: Vec<String>,
@@ -95,6 +100,8 @@ pub fn render(
     let mut tagged: Vec<(std::ops::RangeInclusive<usize>, Value)> = Vec::new();
     // (turn, signatures the target drops in that turn's calls)
     let mut dropped: Vec<(usize, usize)> = Vec::new();
+    // (turn, reasoning blocks not sent), from the plan's turns without a sent call too
+    let mut reasoning_dropped: Vec<(usize, usize)> = plan.unsent_reasoning.clone();
     // (turn, the cut call whose signature the first sent call carries, and that call; only
     // where the target renders it)
     let mut moved: Vec<(usize, &str, &str)> = Vec::new();
@@ -105,6 +112,7 @@ pub fn render(
                 note,
                 calls,
                 signature_from,
+                reasoning,
                 ..
             } => {
                 // The first sent call with the turn's signature from a call that is not sent
@@ -146,7 +154,15 @@ pub fn render(
                         send_item_id: options.send_item_ids,
                     })
                     .collect();
-                encode_calls(target, note.as_deref(), &enc)
+                let mut messages = encode_calls(target, note.as_deref(), &enc);
+                let sent = match (options.strict_text, messages.first_mut()) {
+                    (false, Some(first)) => {
+                        insert_reasoning(target, first, note.is_some(), reasoning)
+                    }
+                    _ => 0,
+                };
+                reasoning_dropped.push((turn, reasoning.len() - sent));
+                messages
             }
             Block::Results { results, .. } => {
                 let enc: Vec<EncResult<'_>> = results
@@ -196,6 +212,19 @@ pub fn render(
              turn and Gemini 3 rejects a turn whose first function call has none"
         ));
     }
+    let dropped_reasoning: usize = reasoning_dropped
+        .iter()
+        .filter(|(turn, _)| first_kept.is_some_and(|f| *turn >= f))
+        .map(|(_, n)| n)
+        .sum();
+    if dropped_reasoning > 0 {
+        notes.push(format!(
+            "{dropped_reasoning} reasoning block(s) not sent: only anthropic and bedrock \
+             histories carry thinking blocks (with their signature) back before the tool calls \
+             they preceded; a turn without a sent tool call or in strict text needs none, and a \
+             thinking block whose signature never arrived would be rejected"
+        ));
+    }
     let messages: Vec<Value> = kept.into_iter().map(|(_, m)| m).collect();
     notes.extend(ordering_notes(target, &messages));
     let tool_config = (target == HistoryFormat::Bedrock)
@@ -212,6 +241,7 @@ pub fn render(
         placeholders: plan.placeholders,
         orphans: plan.orphans,
         dropped_signatures,
+        dropped_reasoning,
         notes,
         tool_config,
     })

@@ -46,7 +46,9 @@ pub use call::{
     parse_arguments, ArgumentsError, CallKind, CallOutcome, CallStatus, ResultInput, ToolCall,
     ToolResult,
 };
-pub use chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue};
+pub use chunk::{
+    CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue, ReasoningKind, ReasoningPiece,
+};
 pub use decode::{decode, decode_result, detect_provider};
 pub use error::DecodeError;
 pub use event::{

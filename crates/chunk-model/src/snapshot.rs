@@ -2,8 +2,45 @@
 //! reads it. Returned by `toolstream.query.message.<conv>.<msg>`.
 
 use crate::call::{CallOutcome, ToolResult};
+use crate::chunk::ReasoningKind;
 use crate::provider::Provider;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Key of [`MessageSnapshot::provider_metadata`] holding the message's reasoning blocks, in
+/// order: a JSON array of [`ReasoningBlock`]s.
+pub const META_REASONING: &str = "reasoning";
+
+/// One reasoning block the provider wants back, unmodified, before the tool calls it preceded
+/// (Anthropic `thinking` / `redacted_thinking`, Bedrock `reasoningContent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasoningBlock {
+    /// `thinking` or `redacted_thinking`.
+    #[serde(rename = "type")]
+    pub kind: ReasoningKind,
+    /// The reasoning text (`thinking`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub thinking: String,
+    /// Its signature (`thinking`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub signature: String,
+    /// The encrypted reasoning (`redacted_thinking`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data: String,
+    /// How many of the message's calls came before it: it goes back before call
+    /// `before_call` (by index), after the ones before.
+    pub before_call: u32,
+}
+
+impl MessageSnapshot {
+    /// The message's reasoning blocks (none when absent or unreadable), in order.
+    pub fn reasoning(&self) -> Vec<ReasoningBlock> {
+        self.provider_metadata
+            .get(META_REASONING)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default()
+    }
+}
 
 /// Whether a message's stream is still open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,4 +74,8 @@ pub struct MessageSnapshot {
     /// within the grace period (`tool_result.orphaned`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub orphaned_results: Vec<ToolResult>,
+    /// The message's own provider metadata (**added**, absent when empty): its reasoning
+    /// blocks under [`META_REASONING`].
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub provider_metadata: Map<String, Value>,
 }

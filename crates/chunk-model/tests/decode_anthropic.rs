@@ -7,7 +7,10 @@
 
 mod support;
 
-use chunk_model::{CallFragment, CallKind, ChunkEvent, DecodeError, Finish, Provider};
+use chunk_model::{
+    CallFragment, CallKind, ChunkEvent, DecodeError, Finish, Provider, ReasoningKind,
+    ReasoningPiece,
+};
 use proptest::prelude::*;
 use serde_json::json;
 use support::*;
@@ -146,12 +149,36 @@ fn parallel_tool_use_blocks_keep_their_own_index_id_and_text() {
     assert_eq!(ends, vec![0, 1]);
 }
 
+fn reasoning(index: u32, kind: Option<ReasoningKind>, text: &str, signature: &str) -> ChunkEvent {
+    let some = |t: &str| (!t.is_empty()).then(|| t.to_string());
+    ChunkEvent::Reasoning(ReasoningPiece {
+        index,
+        kind,
+        text: some(text),
+        signature: some(signature),
+        data: None,
+    })
+}
+
 #[test]
-fn thinking_block_with_signature_before_the_tool_block_yields_only_its_stop() {
+fn thinking_block_with_signature_before_the_tool_block_is_reasoning_then_its_stop() {
     let events = decode_recording(P, "anthropic/thinking_then_tool.sse");
     assert_eq!(
         events,
         vec![
+            reasoning(0, Some(ReasoningKind::Thinking), "", ""),
+            reasoning(
+                0,
+                None,
+                "The user wants the stock price; I should call the quote tool with the ticker.",
+                ""
+            ),
+            reasoning(
+                0,
+                None,
+                "",
+                "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds+1M6QqY8eB3vU9gR6wqbQ=="
+            ),
             end(idx(0), None, None),
             frag(
                 idx_id(1, "toolu_01Cv6Jm2Sx9Pq4Fz8Kt3Hn7D"),
@@ -472,14 +499,41 @@ fn unneeded_fields_of_the_wrong_type_never_fail_a_chunk() {
     let events = assert_unneeded_fields_never_fail(
         P,
         thinking_delta,
-        &[
-            "/index",
-            "/delta/thinking",
-            "/delta/partial_json",
-            "/delta/signature",
-        ],
+        &["/delta/partial_json", "/delta/signature", "/usage"],
     );
-    assert_eq!(events, vec![]);
+    assert_eq!(events, vec![reasoning(0, None, "hmm", "")]);
+    // reasoning is wanted, not needed: an index or text it cannot read skips the piece
+    for pointer in ["/index", "/delta/thinking"] {
+        for value in wrong_typed_values() {
+            let variant = with_member(thinking_delta, pointer, value.clone());
+            let events = decode_ok(P, &variant);
+            assert!(
+                events.len() <= 1
+                    && events
+                        .iter()
+                        .all(|e| matches!(e, ChunkEvent::Reasoning(r) if r.signature.is_none())),
+                "{pointer} = {value}: {events:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn redacted_thinking_block_is_reasoning_with_its_data() {
+    let chunk = r#"{"type":"content_block_start","index":0,"content_block":{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj"}}"#;
+    assert_eq!(
+        decode_ok(P, chunk),
+        vec![ChunkEvent::Reasoning(ReasoningPiece {
+            index: 0,
+            kind: Some(ReasoningKind::RedactedThinking),
+            text: None,
+            signature: None,
+            data: Some(
+                "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj"
+                    .to_string()
+            ),
+        })]
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 mod support;
 
-use chunk_model::{ChunkEvent, DecodeError, Finish, Provider};
+use chunk_model::{ChunkEvent, DecodeError, Finish, Provider, ReasoningKind, ReasoningPiece};
 use proptest::prelude::*;
 use support::*;
 
@@ -39,8 +39,47 @@ fn text_blocks_without_a_start_decode_to_nothing_but_their_stop() {
     let delta =
         r#"{"contentBlockDelta":{"contentBlockIndex":0,"delta":{"text":"Hello"},"p":"abcd"}}"#;
     assert_eq!(decode_ok(P, delta), vec![]);
-    let reasoning = r#"{"contentBlockDelta":{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":"hmm"}}}}"#;
-    assert_eq!(decode_ok(P, reasoning), vec![]);
+}
+
+#[test]
+fn reasoning_content_deltas_are_reasoning_pieces_of_their_block() {
+    let piece = |kind, text: Option<&str>, signature: Option<&str>, data: Option<&str>| {
+        vec![ChunkEvent::Reasoning(ReasoningPiece {
+            index: 0,
+            kind,
+            text: text.map(str::to_string),
+            signature: signature.map(str::to_string),
+            data: data.map(str::to_string),
+        })]
+    };
+    let text = r#"{"contentBlockDelta":{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":"hmm"}},"p":"ab"}}"#;
+    assert_eq!(
+        decode_ok(P, text),
+        piece(Some(ReasoningKind::Thinking), Some("hmm"), None, None)
+    );
+    let signature = r#"{"contentBlockDelta":{"contentBlockIndex":0,"delta":{"reasoningContent":{"signature":"ErcBCkgIAhAB"}}}}"#;
+    assert_eq!(
+        decode_ok(P, signature),
+        piece(None, None, Some("ErcBCkgIAhAB"), None)
+    );
+    let redacted = r#"{"contentBlockDelta":{"contentBlockIndex":0,"delta":{"reasoningContent":{"redactedContent":"RW5jcnlwdGVk"}}}}"#;
+    assert_eq!(
+        decode_ok(P, redacted),
+        piece(
+            Some(ReasoningKind::RedactedThinking),
+            None,
+            None,
+            Some("RW5jcnlwdGVk")
+        )
+    );
+    // not needed: unreadable pieces are skipped, never an error
+    for bad in [
+        r#"{"contentBlockDelta":{"contentBlockIndex":"x","delta":{"reasoningContent":{"text":"hmm"}}}}"#,
+        r#"{"contentBlockDelta":{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":7}}}}"#,
+        r#"{"contentBlockDelta":{"contentBlockIndex":0,"delta":{"reasoningContent":"hmm"}}}"#,
+    ] {
+        assert_eq!(decode_ok(P, bad), vec![], "{bad}");
+    }
 }
 
 #[test]

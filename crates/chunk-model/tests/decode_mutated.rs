@@ -78,6 +78,9 @@ fn rules(p: Provider) -> Rules {
                 "partial_json",
                 "stop_reason",
                 "error",
+                "thinking",
+                "signature",
+                "data",
             ],
             verbatim: &["content", "error"],
             acts_on_type: |t| {
@@ -93,6 +96,10 @@ fn rules(p: Provider) -> Rules {
                         | "server_tool_use"
                         | "mcp_tool_use"
                         | "input_json_delta"
+                        | "thinking"
+                        | "redacted_thinking"
+                        | "thinking_delta"
+                        | "signature_delta"
                 ) || t.ends_with("_tool_result")
                     || t.ends_with("_error")
             },
@@ -143,6 +150,10 @@ fn rules(p: Provider) -> Rules {
                 "validationException",
                 "throttlingException",
                 "serviceUnavailableException",
+                "reasoningContent",
+                "text",
+                "signature",
+                "redactedContent",
             ],
             verbatim: &[
                 "input",

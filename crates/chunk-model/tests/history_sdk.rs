@@ -1,7 +1,8 @@
 //! Rendered histories validated by the providers' own SDK request types.
 //!
 //! Renders every target over histories with parallel calls, results, orphans, truncated
-//! results, invalid calls, calls without results, thought signatures and strict text, under
+//! results, invalid calls, calls without results, thought signatures, thinking blocks and
+//! strict text, under
 //! every window size, and checks each with `scripts/sdk-validate/validate.py` (openai,
 //! anthropic, google-genai, mistralai, botocore's Converse shape, ollama). The SDKs are
 //! installed from PyPI into `target/sdk-venv/<hash>` (pinned in
@@ -146,7 +147,27 @@ fn histories() -> Vec<(&'static str, Vec<MessageSnapshot>)> {
         .tool_call
         .provider_metadata
         .insert("thoughtSignature".to_string(), json!("c2ln"));
+    // thinking blocks (a redacted one too) before the tool_use they preceded, one between two
+    // parallel calls, a cut call's note after the leading thinking
+    let mut thinking = snapshot(
+        "m7",
+        vec![
+            cut_call("toolu_t0", "get_quote", 0, CallStatus::Invalid, r#"{"tick"#),
+            call("toolu_t1", "get_quote", 1, json!({"ticker": "ACME"})),
+            call("toolu_t2", "get_quote", 2, json!({"ticker": "INIT"})),
+        ],
+        vec![result("toolu_t1", "12.5")],
+    );
+    thinking.provider_metadata.insert(
+        "reasoning".to_string(),
+        json!([
+            {"type": "thinking", "thinking": "Two quotes.", "signature": "EqQBCgIYAhIM", "before_call": 0},
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix", "before_call": 0},
+            {"type": "thinking", "thinking": "", "signature": "c2ln", "before_call": 2}
+        ]),
+    );
     vec![
+        ("thinking", vec![thinking.clone(), parallel.clone()]),
         ("signature-of-a-cut-call", vec![signed_cut]),
         (
             "mixed",
@@ -210,6 +231,16 @@ fn provider_sdk_types_reject_a_malformed_result_in_every_target() {
             "openai-chat",
             json!([{"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
                 "function": {"name": "f", "arguments": "{}"}, "extra_content": {"other": 1}}]}]),
+        ),
+        // a thinking block without its signature; a reasoning block without its text
+        (
+            "anthropic",
+            json!([{"role": "assistant", "content": [{"type": "thinking", "thinking": "x"},
+                {"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]),
+        ),
+        (
+            "bedrock",
+            json!([{"role": "assistant", "content": [{"reasoningContent": {"reasoningText": {"signature": "s"}}}]}]),
         ),
         // a well-formed tool turn, but without the toolConfig Converse needs for it
         (

@@ -273,6 +273,7 @@ fn histories() -> Vec<Seed> {
             output: "late".to_string(),
             is_error: true,
         }],
+        provider_metadata: serde_json::Map::new(),
     };
     let mut out = Vec::new();
     for (i, format) in HistoryFormat::ALL.iter().enumerate() {

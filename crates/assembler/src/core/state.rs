@@ -1,6 +1,6 @@
 //! The assembly state of one message and its calls.
 
-use chunk_model::{CallKind, CallStatus, PathValue, Provider, ToolResult};
+use chunk_model::{CallKind, CallStatus, PathValue, Provider, ReasoningKind, ToolResult};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -184,6 +184,38 @@ impl Default for CallState {
     }
 }
 
+/// Bit set on the number under which a reasoning block's text pieces are stored beside the
+/// calls' argument pieces (block `k` of a message stores as `REASONING_PIECES | k`; the other
+/// bit, `keys::PATH_PIECES`, marks structured argument pieces).
+pub const REASONING_PIECES: u32 = 0x4000_0000;
+
+/// One reasoning block of a message (Anthropic `thinking` / `redacted_thinking`, Bedrock
+/// `reasoningContent`): kept as the message's provider metadata, never a call. Its text is
+/// stored as pieces like argument text ([`REASONING_PIECES`]), so a long thinking block is
+/// never rewritten whole per delta.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasoningState {
+    /// The provider's content block index.
+    pub index: u32,
+    /// Thinking or redacted.
+    pub kind: ReasoningKind,
+    /// How many calls the message had when the block started: it goes back before call
+    /// `before_call`.
+    pub before_call: u32,
+    /// Number of stored text pieces.
+    #[serde(default)]
+    pub pieces: u32,
+    /// The text, only when read back from storage for a snapshot.
+    #[serde(skip)]
+    pub text: String,
+    /// The signature, appended as it arrives.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub signature: String,
+    /// The encrypted reasoning of a redacted block.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data: String,
+}
+
 /// Everything known about one message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessageState {
@@ -211,6 +243,9 @@ pub struct MessageState {
     /// Results on this message's results subject that never matched a call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub orphaned_results: Vec<ToolResult>,
+    /// Its reasoning blocks, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<ReasoningState>,
 }
 
 impl MessageState {
@@ -226,6 +261,7 @@ impl MessageState {
             calls: Vec::new(),
             tool_results: Vec::new(),
             orphaned_results: Vec::new(),
+            reasoning: Vec::new(),
         }
     }
 

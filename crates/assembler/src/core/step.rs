@@ -15,12 +15,14 @@
 
 use super::end::{emit_started, end_call, end_message, EndHow};
 use super::output::{ArgOp, StepOutput};
-use super::state::{CallState, Limits, MessageState};
+use super::state::{CallState, Limits, MessageState, ReasoningState, REASONING_PIECES};
 use crate::input::Control;
 use chunk_model::depth::{value_depth, MAX_ARGUMENT_DEPTH};
 use chunk_model::wire::reason::finish;
 use chunk_model::wire::Reason;
-use chunk_model::{CallEnd, CallFragment, CallKind, CallRef, ChunkEvent, Finish};
+use chunk_model::{
+    CallEnd, CallFragment, CallKind, CallRef, ChunkEvent, Finish, ReasoningKind, ReasoningPiece,
+};
 use serde_json::{Map, Value};
 
 /// How a reference matched a call.
@@ -156,6 +158,50 @@ pub fn step(msg: &mut MessageState, ev: ChunkEvent, limits: &Limits, out: &mut S
             out,
         ),
         ChunkEvent::ToolResult(r) => out.results.push(r),
+        ChunkEvent::Reasoning(r) => reasoning(msg, r, limits, out),
+    }
+}
+
+/// Keeps a piece of a reasoning block: its text as a stored piece, its signature and data on
+/// the block. A block is placed by the calls started before it. Nothing changes once the
+/// message has ended, nor past `max_calls_per_message` blocks (a bound on the state; the
+/// blocks are not calls and are never an error).
+fn reasoning(msg: &mut MessageState, r: ReasoningPiece, limits: &Limits, out: &mut StepOutput) {
+    if !msg.is_open() {
+        return;
+    }
+    let slot = match msg.reasoning.iter().position(|b| b.index == r.index) {
+        Some(slot) => slot,
+        None if msg.reasoning.len() < limits.max_calls_per_message => {
+            msg.reasoning.push(ReasoningState {
+                index: r.index,
+                kind: r.kind.unwrap_or(ReasoningKind::Thinking),
+                before_call: u32::try_from(msg.calls.len()).unwrap_or(u32::MAX),
+                pieces: 0,
+                text: String::new(),
+                signature: String::new(),
+                data: String::new(),
+            });
+            msg.reasoning.len() - 1
+        }
+        None => return,
+    };
+    let Some(block) = msg.reasoning.get_mut(slot) else {
+        return;
+    };
+    if let Some(text) = r.text.filter(|t| !t.is_empty()) {
+        out.arg_ops.push(ArgOp::Append {
+            call: REASONING_PIECES | slot as u32,
+            piece: block.pieces,
+            text,
+        });
+        block.pieces += 1;
+    }
+    if let Some(signature) = r.signature {
+        block.signature.push_str(&signature);
+    }
+    if let Some(data) = r.data {
+        block.data.push_str(&data);
     }
 }
 
@@ -353,7 +399,7 @@ pub fn needs_text(msg: &MessageState, ev: &ChunkEvent, limits: &Limits) -> bool 
                         || c.args_len + c.path_bytes + bytes > limits.max_argument_bytes)
             })
         }
-        ChunkEvent::ToolResult(_) => false,
+        ChunkEvent::ToolResult(_) | ChunkEvent::Reasoning(_) => false,
         ChunkEvent::CallEnd(_)
         | ChunkEvent::MessageEnd { .. }
         | ChunkEvent::StreamEnd

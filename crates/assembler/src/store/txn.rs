@@ -453,35 +453,37 @@ impl Txn<'_> {
     /// (every stored key costs sled memory for as long as it exists). Nothing is appended to
     /// a completed message's calls afterwards.
     fn compact_completed_args(&mut self) -> Result<(), StoreError> {
-        let completed: Vec<(Vec<u8>, usize)> = self
+        let completed: Vec<(Vec<u8>, usize, usize)> = self
             .dirty_messages
             .iter()
             .filter_map(|key| {
                 let m = self.inner.messages.get(key)?;
-                (m.phase == MessagePhase::Completed).then(|| (key.clone(), m.calls.len()))
+                (m.phase == MessagePhase::Completed)
+                    .then(|| (key.clone(), m.calls.len(), m.reasoning.len()))
             })
             .collect();
-        for (mkey, calls) in completed {
-            for pos in 0..calls as u32 {
-                for call in [pos, pos | keys::PATH_PIECES] {
-                    let pieces = self.staged_scan(Space::Args, &keys::args_prefix(&mkey, call))?;
-                    let mut pieces = pieces.into_iter();
-                    let Some((first, mut joined)) = pieces.next() else {
-                        continue;
-                    };
-                    let mut rest = Vec::new();
-                    for (k, v) in pieces {
-                        joined.extend_from_slice(&v);
-                        rest.push(k);
-                    }
-                    if rest.is_empty() {
-                        continue;
-                    }
-                    for k in rest {
-                        self.writes.delete(Space::Args, k);
-                    }
-                    self.writes.put(Space::Args, first, joined);
+        for (mkey, calls, reasoning) in completed {
+            let numbers = (0..calls as u32)
+                .flat_map(|pos| [pos, pos | keys::PATH_PIECES])
+                .chain((0..reasoning as u32).map(|k| k | crate::core::REASONING_PIECES));
+            for call in numbers {
+                let pieces = self.staged_scan(Space::Args, &keys::args_prefix(&mkey, call))?;
+                let mut pieces = pieces.into_iter();
+                let Some((first, mut joined)) = pieces.next() else {
+                    continue;
+                };
+                let mut rest = Vec::new();
+                for (k, v) in pieces {
+                    joined.extend_from_slice(&v);
+                    rest.push(k);
                 }
+                if rest.is_empty() {
+                    continue;
+                }
+                for k in rest {
+                    self.writes.delete(Space::Args, k);
+                }
+                self.writes.put(Space::Args, first, joined);
             }
         }
         Ok(())
@@ -514,12 +516,19 @@ fn paths_of(pieces: &[crate::storage::Pair]) -> Result<Vec<chunk_model::PathValu
 }
 
 /// Reads a message's argument pieces (text and structured) back into the calls that do not
-/// hold them, in piece order (outside a unit of work: storage has every commit).
+/// hold them, and its reasoning blocks' text, in piece order (outside a unit of work: storage
+/// has every commit).
 pub fn load_args(
     storage: &dyn Storage,
     mkey: &[u8],
     m: &mut MessageState,
 ) -> Result<(), StoreError> {
+    for (k, block) in m.reasoning.iter_mut().enumerate() {
+        if block.pieces > 0 && block.text.is_empty() {
+            let prefix = keys::args_prefix(mkey, k as u32 | crate::core::REASONING_PIECES);
+            block.text = text_of(&storage.scan_prefix(Space::Args, &prefix)?);
+        }
+    }
     for (pos, call) in m.calls.iter_mut().enumerate() {
         if !call.text_held() || (call.pieces > 0 && call.args_len == 0) {
             let prefix = keys::args_prefix(mkey, pos as u32);

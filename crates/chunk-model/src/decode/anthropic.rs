@@ -13,8 +13,15 @@
 //!   as is, text blocks joined, anything else as compact JSON), `is_error` from the block's
 //!   `is_error` or an error content (`*_error` type). A result block without a `tool_use_id`
 //!   is skipped, never an error.
+//! - `content_block_start` with a `thinking` block (its `thinking` and `signature`, usually
+//!   `""`) or a `redacted_thinking` block (its `data`) → a [`ReasoningPiece`] of that kind at
+//!   `index`; a `thinking_delta` → its `thinking` appended, a `signature_delta` → its
+//!   `signature` appended. Reasoning is not a call: the assembler keeps the blocks as the
+//!   message's provider metadata, for history to send back before the `tool_use` they
+//!   preceded. Not needed for calls, so a reasoning block or delta whose index or text cannot
+//!   be read is skipped, never an error.
 //! - `content_block_delta` with `input_json_delta` → `partial_json` appended at `index` (the
-//!   first one is often `""`); text, thinking, signature and citation deltas → nothing.
+//!   first one is often `""`); text and citation deltas → nothing.
 //! - `content_block_stop` → an end for that `index`, for every block: the assembler ignores
 //!   ends of indexes that hold no call (text and thinking blocks stop too).
 //! - `message_delta` with a `stop_reason` → the message end; `message_stop` → stream end.
@@ -31,7 +38,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::call::{CallKind, ResultInput, ToolResult};
-use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
+use crate::chunk::{
+    CallEnd, CallFragment, CallRef, ChunkEvent, Finish, ReasoningKind, ReasoningPiece,
+};
 use crate::decode::lenient::{opt_object, FinishReason, Loose, SoftIndex};
 use crate::decode::text::{provider_message, JsonText, Text};
 use crate::decode::typed::parse_typed_event;
@@ -79,6 +88,15 @@ struct Block<'a> {
     /// A result block's error flag (`mcp_tool_result`); only `true` counts.
     #[serde(default)]
     is_error: Option<serde_json::Value>,
+    /// A `thinking` block's text so far (usually `""`).
+    #[serde(borrow, default)]
+    thinking: Option<Loose<'a>>,
+    /// A `thinking` block's signature so far (usually `""`).
+    #[serde(borrow, default)]
+    signature: Option<Loose<'a>>,
+    /// A `redacted_thinking` block's encrypted reasoning.
+    #[serde(borrow, default)]
+    data: Option<Loose<'a>>,
 }
 
 /// `delta` of `content_block_delta` or `message_delta`.
@@ -90,6 +108,12 @@ struct Delta<'a> {
     partial_json: Option<Loose<'a>>,
     #[serde(borrow, default)]
     stop_reason: Option<FinishReason<'a>>,
+    /// A `thinking_delta`'s text.
+    #[serde(borrow, default)]
+    thinking: Option<Loose<'a>>,
+    /// A `signature_delta`'s signature.
+    #[serde(borrow, default)]
+    signature: Option<Loose<'a>>,
 }
 
 /// The event types this decoder reads; any other type is ignored whatever its fields.
@@ -153,6 +177,17 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                 })]
             } else if block_kind.ends_with("_tool_result") {
                 result_block(block).into_iter().collect()
+            } else if let Some(kind) = reasoning_kind(&block_kind) {
+                let Some(index) = soft_index(event.index) else {
+                    return Ok(Vec::new());
+                };
+                vec![ChunkEvent::Reasoning(ReasoningPiece {
+                    index,
+                    kind: Some(kind),
+                    text: some_text(block.thinking),
+                    signature: some_text(block.signature),
+                    data: some_text(block.data),
+                })]
             } else {
                 Vec::new()
             }
@@ -166,6 +201,28 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                     Some(other) => return Err(bad("delta.partial_json", other.not_a_string())),
                 };
                 vec![ChunkEvent::args_at(index, text)]
+            }
+            Some(delta) if matches!(&delta.kind, Some(Loose::Str(k)) if k == "thinking_delta" || k == "signature_delta") =>
+            {
+                let Some(index) = soft_index(event.index) else {
+                    return Ok(Vec::new());
+                };
+                // (each delta type carries its own field only)
+                let (text, signature) = match &delta.kind {
+                    Some(Loose::Str(k)) if k == "thinking_delta" => {
+                        (some_text(delta.thinking), None)
+                    }
+                    _ => (None, some_text(delta.signature)),
+                };
+                if text.is_none() && signature.is_none() {
+                    return Ok(Vec::new());
+                }
+                vec![ChunkEvent::Reasoning(ReasoningPiece {
+                    index,
+                    text,
+                    signature,
+                    ..ReasoningPiece::default()
+                })]
             }
             _ => Vec::new(),
         },
@@ -197,6 +254,28 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
         _ => Vec::new(),
     };
     Ok(out)
+}
+
+/// The kind of reasoning block a block is, if it is one.
+fn reasoning_kind(kind: &str) -> Option<ReasoningKind> {
+    match kind {
+        "thinking" => Some(ReasoningKind::Thinking),
+        "redacted_thinking" => Some(ReasoningKind::RedactedThinking),
+        _ => None,
+    }
+}
+
+/// An index that is only wanted, not needed: `None` when it cannot be read.
+fn soft_index(index: Option<SoftIndex>) -> Option<u32> {
+    index.and_then(|i| i.get().ok().flatten())
+}
+
+/// A non-empty string, or `None` (any other value: not needed, not read).
+fn some_text(value: Option<Loose<'_>>) -> Option<String> {
+    value
+        .and_then(Loose::into_text)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.into_owned())
 }
 
 /// The kind of call a block is, if it is one: client tools, server tools (web search, code

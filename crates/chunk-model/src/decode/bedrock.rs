@@ -5,8 +5,12 @@
 //! - `contentBlockStart` with `start.toolUse` → a fragment with the block index, the
 //!   `toolUseId` and the `name`; other starts → nothing.
 //! - `contentBlockDelta` with `delta.toolUse.input` (a string fragment of the input JSON) →
-//!   argument text at the block index; text and reasoning deltas → nothing (text blocks often
-//!   have no start at all).
+//!   argument text at the block index; text deltas → nothing (text blocks often have no start
+//!   at all).
+//! - `contentBlockDelta` with `delta.reasoningContent` (`text`, `signature` or
+//!   `redactedContent`, base64) → a [`ReasoningPiece`] at the block index (reasoning blocks
+//!   have no start: the first piece states the kind). Not a call, not needed: a piece whose
+//!   index or text cannot be read is skipped.
 //! - `contentBlockStop` → an end for that index, for every block (the assembler ignores ends
 //!   of indexes that hold no call).
 //! - `messageStop.stopReason` → message end; `messageStart` and `metadata` (usage, sent after
@@ -26,8 +30,10 @@
 
 use serde::Deserialize;
 
-use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
-use crate::decode::lenient::{opt_object, FinishReason, SoftIndex};
+use crate::chunk::{
+    CallEnd, CallFragment, CallRef, ChunkEvent, Finish, ReasoningKind, ReasoningPiece,
+};
+use crate::decode::lenient::{opt_object, FinishReason, Loose, SoftIndex};
 use crate::decode::text::{non_blank_text, shorten, JsonText, Text};
 use crate::decode::typed::parse;
 use crate::error::DecodeError;
@@ -96,6 +102,20 @@ struct BlockDelta<'a> {
 struct Delta<'a> {
     #[serde(borrow, default)]
     tool_use: Option<ToolUseDelta<'a>>,
+    #[serde(borrow, default, deserialize_with = "opt_object")]
+    reasoning_content: Option<ReasoningDelta<'a>>,
+}
+
+/// `delta.reasoningContent`: one of its members (a union).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ReasoningDelta<'a> {
+    #[serde(borrow, default)]
+    text: Option<Loose<'a>>,
+    #[serde(borrow, default)]
+    signature: Option<Loose<'a>>,
+    #[serde(borrow, default)]
+    redacted_content: Option<Loose<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -160,13 +180,43 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
         }
     }
     if let Some(delta) = event.content_block_delta {
-        if let Some(tool) = delta.delta.and_then(|d| d.tool_use) {
+        let (tool_use, reasoning) = match delta.delta {
+            Some(d) => (d.tool_use, d.reasoning_content),
+            None => (None, None),
+        };
+        if let Some(tool) = tool_use {
             let index = index_of(
                 delta.content_block_index,
                 "contentBlockDelta.contentBlockIndex",
             )?;
             let text = tool.input.map(Text::into_string).unwrap_or_default();
             out.push(ChunkEvent::args_at(index, text));
+        } else if let Some(r) = reasoning {
+            let index = delta
+                .content_block_index
+                .and_then(|i| i.get().ok().flatten());
+            let text = |v: Option<Loose<'_>>| {
+                v.and_then(Loose::into_text)
+                    .filter(|t| !t.is_empty())
+                    .map(|t| t.into_owned())
+            };
+            let (t, signature, data) = (text(r.text), text(r.signature), text(r.redacted_content));
+            let kind = match (&t, &data) {
+                (Some(_), _) => Some(ReasoningKind::Thinking),
+                (None, Some(_)) => Some(ReasoningKind::RedactedThinking),
+                (None, None) => None,
+            };
+            if let (Some(index), true) =
+                (index, t.is_some() || signature.is_some() || data.is_some())
+            {
+                out.push(ChunkEvent::Reasoning(ReasoningPiece {
+                    index,
+                    kind,
+                    text: t,
+                    signature,
+                    data,
+                }));
+            }
         }
     }
     if let Some(stop) = event.content_block_stop {

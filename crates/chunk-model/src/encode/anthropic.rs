@@ -13,12 +13,16 @@
 //! [`super::merge_roles`]). `input` must be an object: see [`EncCall::arguments_object`].
 //! An empty result omits `content` (optional in the API) rather than risk an empty text
 //! block, which the API rejects ("text content blocks must be non-empty").
-//! Lossy by nature: provider metadata; the `{"value": v}` wrapping of non-object arguments.
+//! The message's reasoning blocks go back in place (`thinking` with its `signature`,
+//! `redacted_thinking` with its `data`: see [`super::insert_reasoning`]).
+//! Lossy by nature: other provider metadata; the `{"value": v}` wrapping of non-object
+//! arguments.
 
 use super::parse::{content_text, str_at, Builder, HistoryParseError};
 use super::{EncCall, EncResult, HistoryFormat, Role};
 use crate::call::ToolResult;
-use crate::snapshot::MessageSnapshot;
+use crate::chunk::ReasoningKind;
+use crate::snapshot::{MessageSnapshot, ReasoningBlock};
 use serde_json::{json, Map, Value};
 
 const FORMAT: HistoryFormat = HistoryFormat::Anthropic;
@@ -38,6 +42,22 @@ pub fn calls(text: Option<&str>, calls: &[EncCall<'_>]) -> Vec<Value> {
         }));
     }
     vec![json!({"role": "assistant", "content": content})]
+}
+
+/// A reasoning block as Anthropic takes it back: `thinking` with its signature, or
+/// `redacted_thinking` with its data (`None` without them: the API rejects such a block).
+pub fn reasoning_block(b: &ReasoningBlock) -> Option<Value> {
+    match b.kind {
+        ReasoningKind::Thinking if !b.signature.is_empty() => Some(json!({
+            "type": "thinking",
+            "thinking": b.thinking,
+            "signature": b.signature,
+        })),
+        ReasoningKind::RedactedThinking if !b.data.is_empty() => {
+            Some(json!({"type": "redacted_thinking", "data": b.data}))
+        }
+        _ => None,
+    }
 }
 
 /// One user message holding every `tool_result` block of the turn (none if no results).

@@ -18,7 +18,8 @@
 use super::parse::{content_text, str_at, Builder, HistoryParseError};
 use super::{EncCall, EncResult, HistoryFormat, Role};
 use crate::call::ToolResult;
-use crate::snapshot::MessageSnapshot;
+use crate::chunk::ReasoningKind;
+use crate::snapshot::{MessageSnapshot, ReasoningBlock};
 use serde_json::{json, Map, Value};
 
 const FORMAT: HistoryFormat = HistoryFormat::Bedrock;
@@ -40,6 +41,20 @@ pub fn calls(text: Option<&str>, calls: &[EncCall<'_>]) -> Vec<Value> {
         }}));
     }
     vec![json!({"role": "assistant", "content": content})]
+}
+
+/// A reasoning block as Converse takes it back: `reasoningContent` with `reasoningText`
+/// (`text` and `signature`) or `redactedContent` (`None` without them).
+pub fn reasoning_block(b: &ReasoningBlock) -> Option<Value> {
+    match b.kind {
+        ReasoningKind::Thinking if !b.signature.is_empty() => Some(json!({"reasoningContent": {
+            "reasoningText": {"text": b.thinking, "signature": b.signature}
+        }})),
+        ReasoningKind::RedactedThinking if !b.data.is_empty() => {
+            Some(json!({"reasoningContent": {"redactedContent": b.data}}))
+        }
+        _ => None,
+    }
 }
 
 /// One user message holding every `toolResult` block of the turn (none if no results).

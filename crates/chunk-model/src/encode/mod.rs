@@ -279,6 +279,56 @@ pub fn encode_calls(
     }
 }
 
+/// Puts a turn's reasoning blocks into its rendered assistant `message` (the one
+/// [`encode_calls`] made, `note`: with a leading text block), in place: the blocks placed
+/// before the first sent call go first (ahead of the note: Anthropic wants a turn's thinking
+/// first), the others right before the call they preceded. Only Anthropic (`thinking` /
+/// `redacted_thinking`) and Bedrock (`reasoningContent`) carry them, and only a `thinking`
+/// block with its signature (the API rejects one without) or a redacted block with its data.
+/// Returns how many were put in.
+pub fn insert_reasoning(
+    format: HistoryFormat,
+    message: &mut Value,
+    note: bool,
+    placed: &[(usize, crate::snapshot::ReasoningBlock)],
+) -> usize {
+    let block_of = match format {
+        HistoryFormat::Anthropic => anthropic::reasoning_block,
+        HistoryFormat::Bedrock => bedrock::reasoning_block,
+        _ => return 0,
+    };
+    let Some(content) = message.get_mut("content").and_then(Value::as_array_mut) else {
+        return 0;
+    };
+    let mut rest = std::mem::take(content).into_iter();
+    let note_block = if note { rest.next() } else { None };
+    let calls: Vec<Value> = rest.collect();
+    let mut sent = 0;
+    let mut out = Vec::with_capacity(calls.len() + placed.len() + 1);
+    let mut put = |out: &mut Vec<Value>, at: usize| {
+        for (_, b) in placed.iter().filter(|(k, _)| *k == at) {
+            if let Some(block) = block_of(b) {
+                out.push(block);
+                sent += 1;
+            }
+        }
+    };
+    put(&mut out, 0);
+    out.extend(note_block);
+    let n = calls.len();
+    for (k, call) in calls.into_iter().enumerate() {
+        if k > 0 {
+            put(&mut out, k);
+        }
+        out.push(call);
+    }
+    if n > 0 {
+        put(&mut out, n);
+    }
+    *content = out;
+    sent
+}
+
 /// Renders the results of one assistant turn, in call order, to follow it directly.
 pub fn encode_results(format: HistoryFormat, results: &[EncResult<'_>]) -> Vec<Value> {
     match format {

@@ -90,6 +90,7 @@ impl Builder {
             calls: Vec::new(),
             tool_results: Vec::new(),
             orphaned_results: Vec::new(),
+            provider_metadata: serde_json::Map::new(),
         });
     }
 

@@ -14,6 +14,10 @@
 //!    message `[Tool Result - Previous Context]` + its (truncated) content. It is never dropped
 //!    and never sent as a tool message.
 //! 4. Strict text mode renders the sendable calls and their results as text too.
+//! 6. A turn's reasoning blocks (Anthropic `thinking` / `redacted_thinking`, Bedrock
+//!    `reasoningContent`) go back in place: each before the first sent call at or after the
+//!    position it had ([`Block::Calls::reasoning`]); a turn with no sent call, or strict text,
+//!    sends none (no `tool_use` needs them), counted in [`Plan::unsent_reasoning`].
 //! 5. A turn's Gemini thought signature stays on its turn: Gemini signs the first call of a
 //!    step only (of parallel calls, the others carry none), and Gemini 3 rejects a turn whose
 //!    first function call lacks one. When the signed call is not sent (rule 2) and no sent
@@ -24,7 +28,7 @@ use super::options::HistoryOptions;
 use super::truncate::{truncate, Truncation};
 use crate::call::{CallStatus, ToolCall, ToolResult};
 use crate::encode::{thought_signature, Role};
-use crate::snapshot::MessageSnapshot;
+use crate::snapshot::{MessageSnapshot, ReasoningBlock};
 
 /// The header of an orphaned result rendered as text.
 pub const ORPHAN_HEADER: &str = "[Tool Result - Previous Context]";
@@ -43,6 +47,9 @@ pub enum Block<'a> {
         /// A call of the turn that is not sent whose thought signature the first sent call
         /// carries (rule 5).
         signature_from: Option<&'a ToolCall>,
+        /// The turn's reasoning blocks, each with the position among `calls` it goes before
+        /// (`calls.len()`: after the last), in order (rule 6).
+        reasoning: Vec<(usize, ReasoningBlock)>,
     },
     /// The answers to the preceding `Calls`, one per call, in call order.
     Results {
@@ -95,6 +102,8 @@ pub struct Plan<'a> {
     pub placeholders: usize,
     /// Results rendered as `[Tool Result - Previous Context]` text.
     pub orphans: usize,
+    /// Reasoning blocks of turns that send no tool call (rule 6), by turn.
+    pub unsent_reasoning: Vec<(usize, usize)>,
 }
 
 impl<'a> Plan<'a> {
@@ -187,6 +196,10 @@ impl<'a> Plan<'a> {
             }
         }
 
+        let reasoning = snap.reasoning();
+        if (sendable.is_empty() || options.strict_text) && !reasoning.is_empty() {
+            self.unsent_reasoning.push((turn, reasoning.len()));
+        }
         if sendable.is_empty() {
             if let Some(text) = note {
                 self.blocks.push(Block::Text {
@@ -205,11 +218,22 @@ impl<'a> Plan<'a> {
                 .iter()
                 .map(|o| &o.tool_call)
                 .find(|c| unsigned && thought_signature(&c.provider_metadata).is_some());
+            let reasoning = reasoning
+                .into_iter()
+                .map(|b| {
+                    let at = sendable
+                        .iter()
+                        .position(|c| c.index >= b.before_call)
+                        .unwrap_or(sendable.len());
+                    (at, b)
+                })
+                .collect();
             self.blocks.push(Block::Calls {
                 turn,
                 note,
                 calls: sendable,
                 signature_from,
+                reasoning,
             });
             self.blocks.push(Block::Results {
                 turn,

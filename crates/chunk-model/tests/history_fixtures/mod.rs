@@ -60,5 +60,6 @@ pub fn snapshot(msg: &str, calls: Vec<CallOutcome>, results: Vec<ToolResult>) ->
         calls,
         tool_results: results,
         orphaned_results: Vec::new(),
+        provider_metadata: Map::new(),
     }
 }
