@@ -8,7 +8,7 @@
 #    (temporary store directory; on a free port if 4222 is taken by a server without JetStream);
 # 3. builds toolstream and starts `toolstream run` with its defaults (its own temporary data
 #    directory, /metrics and /healthz on a free local port);
-# 4. publishes a recorded OpenAI stream with two parallel tool calls via `toolstream publish`;
+# 4. publishes a recorded OpenAI stream with three parallel tool calls via `toolstream publish`;
 # 5. prints the events as they arrive via `toolstream tail --count N` (N = what `toolstream
 #    replay` says the recording produces) and the worker's counters from /metrics;
 # 6. stops what it started.

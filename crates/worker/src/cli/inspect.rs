@@ -531,16 +531,24 @@ pub fn render(report: &Report, style: &Style) -> Vec<String> {
                 .unwrap_or_default(),
             m.inputs
         ));
-        for (c, r) in s.calls.iter().zip(&m.calls) {
-            let rows = vec![vec![
-                format!("  #{}", c.tool_call.index),
-                c.tool_call.id.clone(),
-                c.tool_call.name.clone(),
-                style.status(&word(&c.status)),
-                c.reason.clone().unwrap_or_default(),
-                format!("{} byte(s) of arguments", c.tool_call.raw_arguments.len()),
-            ]];
-            out.extend(columns(&rows));
+        // one aligned table of the calls, each row followed by its fragments and break
+        let rows: Vec<Vec<String>> = s
+            .calls
+            .iter()
+            .map(|c| {
+                vec![
+                    format!("  #{}", c.tool_call.index),
+                    c.tool_call.id.clone(),
+                    c.tool_call.name.clone(),
+                    style.status(&word(&c.status)),
+                    c.reason.clone().unwrap_or_default(),
+                    format!("{} byte(s) of arguments", c.tool_call.raw_arguments.len()),
+                ]
+            })
+            .collect();
+        let call_lines = columns(&rows);
+        for (line, r) in call_lines.into_iter().zip(&m.calls) {
+            out.push(line);
             if !r.fragments.is_empty() {
                 out.push(format!("      {} fragment(s):", r.fragments.len()));
                 let rows: Vec<Vec<String>> = r

@@ -257,12 +257,16 @@ fn replay_inputs(
             }
             let provider = providers.get(&key).copied();
             let label = format!(
-                "#{} {} {}",
+                "#{} {} {}{}",
                 recorded.stream_seq,
                 recorded.subject,
                 recorded
                     .header(chunk_model::wire::headers::SEQ)
                     .map(|s| format!("seq {s}"))
+                    .unwrap_or_default(),
+                recorded
+                    .header(chunk_model::wire::headers::CONTROL)
+                    .map(|c| format!(" · {}: {c}", chunk_model::wire::headers::CONTROL))
                     .unwrap_or_default()
             );
             let result = (|| {
@@ -761,16 +765,13 @@ fn timeline_chunk(
     let text = String::from_utf8_lossy(chunk);
     let shown: String = text.chars().take(SHOWN_CHARS).collect();
     let more = text.len().saturating_sub(shown.len());
-    writeln!(
-        out,
-        "{head} {}{}",
-        shown.trim_end(),
-        if more > 0 {
-            format!(" … ({more} more bytes)")
-        } else {
-            String::new()
-        }
-    )?;
+    if chunk.is_empty() {
+        writeln!(out, "{head} (empty body)")?;
+    } else if more > 0 {
+        writeln!(out, "{head} {} … ({more} more bytes)", shown.trim_end())?;
+    } else {
+        writeln!(out, "{head} {}", shown.trim_end())?;
+    }
     let decoded = match (kind, provider) {
         (InputKind::Result, _) => chunk_model::decode_result(chunk)
             .map(|results| {
