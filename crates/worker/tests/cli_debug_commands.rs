@@ -312,6 +312,24 @@ async fn record_of_an_unknown_conversation_or_an_unreachable_server_fails_saying
         "{}",
         text(&out.stderr)
     );
+    // nothing stored since a time to come
+    let out = toolstream(argv(&[
+        "record",
+        "--nats-url",
+        &s.server.url(),
+        "--conversation",
+        "nobody",
+        "--since",
+        "2099-01-01T00:00:00Z",
+        file.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("since then"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // a port nothing listens on: refused, said once, no retry loop
     let port = {
@@ -450,9 +468,18 @@ async fn inspect_locates_where_an_invalid_call_breaks_and_query_answers_from_the
         text(&out.stderr)
     );
 
+    // the worker running: its store is refused, pointing at the query service
+    let store = s.store();
+    let out = inspect(&["c1", "--data-dir", store.to_str().unwrap()]).await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("in use by a running worker"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // the worker stopped: the same report, read-only from its data directory
     assert!(s.worker.terminate(), "worker did not stop cleanly");
-    let store = s.store();
     let out = inspect(&["c1", "m2", "--json", "--data-dir", store.to_str().unwrap()]).await;
     assert!(
         out.status.success(),

@@ -360,10 +360,16 @@ pub fn main(args: InspectArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => {
             let store = assembler::Store::open_to_inspect(dir, assembler::Config::default())
                 .map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot open the store in {}: {e} (is a worker running on it? then leave out --data-dir: inspect asks its query service)",
-                        dir.display()
-                    )
+                    let text = e.to_string();
+                    if text.contains("could not acquire lock") {
+                        anyhow::anyhow!(
+                            "the store in {} is in use by a running worker: leave out --data-dir, \
+                             inspect then asks that worker's query service",
+                            dir.display()
+                        )
+                    } else {
+                        anyhow::anyhow!("cannot open the store in {}: {text}", dir.display())
+                    }
                 })?
                 .with_context(|| format!("{} holds no toolstream store", dir.display()))?;
             let snapshots = match &args.message {
