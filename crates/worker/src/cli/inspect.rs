@@ -41,7 +41,7 @@ pub struct InspectArgs {
     /// Print one JSON object (for scripts) instead of text for a person.
     #[arg(long)]
     pub json: bool,
-    /// Input stream name [default: TOOLSTREAM_IN].
+    /// Input stream name.
     #[arg(long, env = "TOOLSTREAM_INPUT_STREAM", default_value = "TOOLSTREAM_IN")]
     pub input_stream: String,
     /// How long to wait for each answer of the query service.

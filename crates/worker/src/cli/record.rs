@@ -25,7 +25,7 @@ pub struct RecordArgs {
     /// duration ago (`90s`, `10m`, `2h`).
     #[arg(long, value_name = "TIME")]
     pub since: Option<String>,
-    /// Input stream name [default: TOOLSTREAM_IN].
+    /// Input stream name.
     #[arg(long, env = "TOOLSTREAM_INPUT_STREAM", default_value = "TOOLSTREAM_IN")]
     pub input_stream: String,
     /// The file to write (`-` for stdout).

@@ -62,10 +62,10 @@ pub struct ReplayArgs {
     /// every difference and exit non-zero when there is one.
     #[arg(long, requires = "from_nats")]
     pub diff: bool,
-    /// Input stream name (with --from-nats) [default: TOOLSTREAM_IN].
+    /// Input stream name (with --from-nats).
     #[arg(long, env = "TOOLSTREAM_INPUT_STREAM", default_value = "TOOLSTREAM_IN")]
     pub input_stream: String,
-    /// Events stream name (with --diff) [default: TOOLSTREAM_EVENTS].
+    /// Events stream name (with --diff).
     #[arg(
         long,
         env = "TOOLSTREAM_EVENTS_STREAM",
