@@ -634,6 +634,61 @@ mod tests {
         assert!(b.error.contains("EOF"), "{}", b.error);
     }
 
+    fn chunk(stream_seq: u64, seq: u64, body: &str) -> RecordedInput {
+        RecordedInput {
+            stream_seq,
+            subject: "toolstream.chunks.c.m".into(),
+            published_ms: 0,
+            headers: vec![
+                ("Toolstream-Provider".into(), "anthropic".into()),
+                ("Toolstream-Seq".into(), seq.to_string()),
+            ],
+            body: Some(body.into()),
+            body_hex: None,
+        }
+    }
+
+    /// An Anthropic call at content index 1 behind a text block: its fragments are found by
+    /// index after its start named the id, and the text block's stop opens no call.
+    #[test]
+    fn fragments_follow_a_call_by_its_index_once_its_start_named_it() {
+        let inputs = [
+            chunk(
+                10,
+                0,
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
+            chunk(11, 1, r#"{"type":"content_block_stop","index":0}"#),
+            chunk(
+                12,
+                2,
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}"#,
+            ),
+            chunk(
+                13,
+                3,
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\": "}}"#,
+            ),
+            chunk(
+                14,
+                4,
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"1}"}}"#,
+            ),
+            chunk(15, 5, r#"{"type":"content_block_stop","index":1}"#),
+        ];
+        let traces = trace_inputs("toolstream", &inputs);
+        let (count, t) = &traces["m"];
+        assert_eq!(*count, 6);
+        assert_eq!(t.calls.len(), 1, "{t:?}");
+        assert_eq!(t.calls[0].wire_id.as_deref(), Some("toolu_1"));
+        let got: Vec<(Option<u64>, u64, &str)> = t.calls[0]
+            .fragments
+            .iter()
+            .map(|f| (f.seq, f.stream_seq, f.text.as_str()))
+            .collect();
+        assert_eq!(got, [(Some(3), 13, "{\"a\": "), (Some(4), 14, "1}")]);
+    }
+
     #[test]
     fn a_break_on_a_later_line_counts_the_lines_before() {
         let text = "{\n  \"a\": 1,\n  \"b\": x\n}";

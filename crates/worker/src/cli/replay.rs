@@ -919,6 +919,38 @@ mod tests {
     }
 
     #[test]
+    fn diff_names_the_message_event_and_field_that_changed_and_events_on_one_side_only() {
+        let ev = |id: &str, msg: &str, finish: &str| {
+            serde_json::json!({"event_id": id, "type": "message.completed",
+                "conversation_id": "c", "message_id": msg, "finish_reason": finish})
+        };
+        let ours = vec![ev("e1", "m1", "stop"), ev("e2", "m2", "stop")];
+        assert!(diff_events(&ours, &ours).is_empty());
+        // other messages interleave differently on the stream: no difference
+        let swapped = vec![ours[1].clone(), ours[0].clone()];
+        assert!(diff_events(&ours, &swapped).is_empty());
+        let changed = vec![ev("e1", "m1", "length"), ev("e2", "m2", "stop")];
+        let d = diff_events(&ours, &changed);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(
+            d[0].starts_with("c/m1 event 0") && d[0].contains("finish_reason"),
+            "{d:?}"
+        );
+        let d = diff_events(&ours, &ours[..1]);
+        assert!(d[0].contains("never published"), "{d:?}");
+        // the same event id twice with different content on one side is a difference too
+        let twice = vec![
+            ev("e1", "m1", "stop"),
+            ev("e1", "m1", "length"),
+            ev("e2", "m2", "stop"),
+        ];
+        assert_eq!(diff_events(&ours, &twice).len(), 1);
+        // an exact duplicate (a relay retry outside the duplicate window) is not
+        let dup = vec![ours[0].clone(), ours[0].clone(), ours[1].clone()];
+        assert!(diff_events(&ours, &dup).is_empty());
+    }
+
+    #[test]
     fn files_with_the_same_name_get_distinct_message_ids() {
         let taken = ["calls".to_string(), "calls_2".to_string()];
         assert_eq!(
