@@ -61,8 +61,9 @@ pub enum FramingError {
 }
 
 /// Guesses the framing from the first non-blank content: `[` → JSON array, `{` → NDJSON,
-/// an SSE field or comment (`data:`, `event:`, `id:`, `retry:`, `:`) → SSE. `None` for
-/// blank input or anything else.
+/// an SSE field or comment (`data:`, `event:`, `id:`, `retry:`, `:`) → SSE, an AI SDK v4 data
+/// stream part (`9:{…}`, `f:{…}`) → one chunk per line like NDJSON. `None` for blank input or
+/// anything else.
 #[must_use]
 pub fn detect(input: &[u8]) -> Option<Framing> {
     let body = strip_bom(input).trim_ascii_start();
@@ -72,13 +73,18 @@ pub fn detect(input: &[u8]) -> Option<Framing> {
         b':' => Some(Framing::Sse),
         _ => {
             let fields: [&[u8]; 4] = [b"data", b"event", b"id", b"retry"];
-            fields
-                .iter()
-                .any(|f| {
-                    body.starts_with(f)
-                        && matches!(body.get(f.len()), Some(b':' | b'\r' | b'\n') | None)
-                })
-                .then_some(Framing::Sse)
+            let sse = fields.iter().any(|f| {
+                body.starts_with(f)
+                    && matches!(body.get(f.len()), Some(b':' | b'\r' | b'\n') | None)
+            });
+            if sse {
+                Some(Framing::Sse)
+            } else if crate::decode::ai_sdk::data_stream_code(body).is_some() {
+                // the AI SDK v4 data stream protocol: one `<code>:<json>` part per line
+                Some(Framing::Ndjson)
+            } else {
+                None
+            }
         }
     }
 }

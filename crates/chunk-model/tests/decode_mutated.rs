@@ -278,7 +278,9 @@ fn rules(p: Provider) -> Rules {
                         | "error"
                         | "abort"
                         | "tool-approval-request"
+                        | "tool-approval-response"
                         | "tool-output-denied"
+                        | "tool-input-error"
                 )
             },
         },

@@ -21,6 +21,23 @@
 //! it: a `finish` part's `usage` or a `tool-call` part's `providerExecuted` of any shape never
 //! fails a chunk; a non-string `toolCallId` on a tool part still does, naming the field.
 //! `providerMetadata` nested deeper than [`MAX_ARGUMENT_DEPTH`] levels is not kept.
+//!
+//! Every shipped major version:
+//! - **v4** `fullStream` parts (above) and its **data stream protocol**, the wire format of
+//!   `toDataStreamResponse`: one `<code>:<json>` line per part (`b:` tool call streaming start,
+//!   `c:` tool call delta, `9:` tool call, `a:` tool result, `d:` finish message, `3:` error;
+//!   text, data, step, reasoning, source and file codes decode to nothing);
+//! - **v5** `fullStream` and UI message stream parts;
+//! - **v6** adds `finishReason` as the `LanguageModelV3` object `{unified, raw}` (and
+//!   `rawFinishReason` beside the string in `streamText` parts), tool approval parts
+//!   (`tool-approval-request`: the call it names was already stated by its `tool-call` /
+//!   `tool-input-available`, so it adds nothing; `tool-approval-response` likewise),
+//!   `tool-output-denied` (the tool was not run: the call's result, an error whose output is
+//!   the AI SDK's own `{"type":"execution-denied"}`), and the UI stream's `tool-input-error`
+//!   (an end of the call with the input the SDK refused: judged like any end, its
+//!   `tool-output-error` follows as the result);
+//! - **v7** parts (`custom`, `reasoning-file`, `toolMetadata` on `tool-input-start`) change
+//!   nothing for calls and decode to nothing or are ignored.
 
 use crate::call::{ResultInput, ToolResult};
 use crate::chunk::{CallEnd, CallFragment, CallRef, ChunkEvent, Finish};
@@ -33,6 +50,10 @@ use crate::error::DecodeError;
 use crate::provider::Provider;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+
+/// The output of a call whose tool was not run because its approval was denied
+/// (`tool-output-denied`): the AI SDK's own `execution-denied` output.
+pub const EXECUTION_DENIED: &str = r#"{"type":"execution-denied"}"#;
 
 /// The part types this decoder reads; all others are ignored whatever their fields hold.
 fn handled(ty: &str) -> bool {
@@ -49,10 +70,70 @@ fn handled(ty: &str) -> bool {
             | "tool-output-available"
             | "tool-error"
             | "tool-output-error"
+            | "tool-input-error"
+            | "tool-output-denied"
+            | "tool-approval-request"
+            | "tool-approval-response"
             | "finish"
             | "error"
             | "abort"
     )
+}
+
+/// The part type a line of the AI SDK v4 data stream protocol (`<code>:<json>`) carries, if
+/// `chunk` is one such line: `None` for anything else (a JSON part, `[DONE]`).
+pub fn data_stream_code(chunk: &[u8]) -> Option<&'static str> {
+    let (code, rest) = match chunk {
+        [code, b':', rest @ ..] => (*code, rest),
+        _ => return None,
+    };
+    // (the JSON value follows at once: an object, a string, an array, a number or a literal)
+    if !matches!(
+        rest.first(),
+        Some(b'{' | b'"' | b'[' | b'0'..=b'9' | b'-' | b't' | b'f' | b'n')
+    ) {
+        return None;
+    }
+    Some(match code {
+        b'0' => "text",
+        b'2' => "data",
+        b'3' => "error",
+        b'8' => "message-annotations",
+        b'9' => "tool-call",
+        b'a' => "tool-result",
+        b'b' => "tool-call-streaming-start",
+        b'c' => "tool-call-delta",
+        b'd' => "finish",
+        b'e' => "finish-step",
+        b'f' => "start-step",
+        b'g' => "reasoning",
+        b'h' => "source",
+        b'i' => "redacted-reasoning",
+        b'j' => "reasoning-signature",
+        b'k' => "file",
+        _ => return None,
+    })
+}
+
+/// A v4 data stream line as the JSON part it stands for (its object with the `type`), or, for
+/// an `error` line (a JSON string), that part with the string as `errorText`. `None` when the
+/// rest of the line is not JSON of the expected shape (then the line is decoded as it is, and
+/// fails as JSON).
+fn data_stream_part(chunk: &[u8]) -> Option<Vec<u8>> {
+    let ty = data_stream_code(chunk)?;
+    let value: Value = serde_json::from_slice(chunk.get(2..)?).ok()?;
+    let mut part = match (ty, value) {
+        (_, Value::Object(map)) => map,
+        ("error", Value::String(text)) => {
+            let mut map = Map::new();
+            map.insert("errorText".into(), Value::String(text));
+            map
+        }
+        // text, data and annotation lines hold strings and arrays: nothing for calls
+        (_, _) => Map::new(),
+    };
+    part.insert("type".into(), Value::String(ty.to_string()));
+    serde_json::to_vec(&Value::Object(part)).ok()
 }
 
 #[derive(Deserialize)]
@@ -151,6 +232,14 @@ impl Part<'_> {
 
 /// Decodes one chunk (already trimmed, never `[DONE]`).
 pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
+    if let Some(part) = data_stream_part(chunk) {
+        return decode_part(&part);
+    }
+    decode_part(chunk)
+}
+
+/// Decodes one JSON stream part.
+fn decode_part(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     let Some(mut part) = parse_typed_event::<Part<'_>>(Provider::AiSdk, chunk, handled)? else {
         return Ok(Vec::new());
     };
@@ -200,7 +289,7 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
         // input and provider metadata such as Gemini's `thoughtSignature`) or `tool-error`.
         // The call ends on `tool-call`, else on the step's `finish`.
         "tool-input-end" => return Ok(Vec::new()),
-        "tool-call" | "tool-input-available" => {
+        "tool-call" | "tool-input-available" | "tool-input-error" => {
             let wire_id = part.wire_id(chunk)?;
             let name = part.tool_name(chunk)?;
             let metadata = part.metadata();
@@ -231,6 +320,16 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                 is_error,
             }))
         }
+        "tool-output-denied" => {
+            let tool_call_id = part.wire_id(chunk)?.ok_or_else(|| missing_id(&ty, chunk))?;
+            ChunkEvent::ToolResult(ResultInput::Complete(ToolResult {
+                tool_call_id,
+                output: EXECUTION_DENIED.to_string(),
+                is_error: true,
+            }))
+        }
+        // The call it names was stated whole before it (`tool-call`, `tool-input-available`).
+        "tool-approval-request" | "tool-approval-response" => return Ok(Vec::new()),
         "tool-error" | "tool-output-error" => {
             let tool_call_id = part.wire_id(chunk)?.ok_or_else(|| missing_id(&ty, chunk))?;
             let output = match (part.error_text, part.error) {

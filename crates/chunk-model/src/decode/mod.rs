@@ -54,6 +54,9 @@ pub fn decode(provider: Provider, chunk: &[u8]) -> Result<Vec<ChunkEvent>, Decod
 /// (`[DONE]`, a `ping`, a chunk that is not JSON). Used by `toolstream replay` when
 /// `--provider` is omitted: it tries each chunk until one answers.
 pub fn detect_provider(chunk: &[u8]) -> Option<Provider> {
+    if ai_sdk::data_stream_code(chunk.trim_ascii()).is_some() {
+        return Some(Provider::AiSdk);
+    }
     let value: serde_json::Value = serde_json::from_slice(chunk.trim_ascii()).ok()?;
     let obj = value.as_object()?;
     if obj.contains_key("choices")
@@ -103,7 +106,10 @@ pub fn detect_provider(chunk: &[u8]) -> Option<Provider> {
         | "text-delta"
         | "text-start"
         | "text-end"
-        | "reasoning-delta" => Some(Provider::AiSdk),
+        | "reasoning-delta"
+        | "tool-input-error"
+        | "tool-output-denied"
+        | "tool-approval-request" => Some(Provider::AiSdk),
         _ => None,
     }
 }
