@@ -58,6 +58,10 @@ pub struct ReplayArgs {
     /// Read the conversation's inputs from the input stream instead of files.
     #[arg(long, requires = "conversation", conflicts_with = "files")]
     pub from_nats: bool,
+    /// Print the events as JSON lines even on a terminal (they are JSON lines whenever stdout
+    /// is not a terminal; on one, a line per event for a person).
+    #[arg(long, conflicts_with = "timeline")]
+    pub json: bool,
     /// With --from-nats: compare the events produced with those on the events stream; print
     /// every difference and exit non-zero when there is one.
     #[arg(long, requires = "from_nats")]
@@ -79,6 +83,12 @@ pub struct ReplayArgs {
     /// `toolstream record`; `-` reads standard input.
     #[arg(required_unless_present = "from_nats")]
     pub files: Vec<PathBuf>,
+}
+
+/// Whether the events are shown for a person: at a terminal, unless `--json` (or the timeline,
+/// or `--diff`, which compares JSON).
+fn human(args: &ReplayArgs) -> bool {
+    !args.json && !args.timeline && !args.diff && super::output::stdout_is_terminal()
 }
 
 /// The conversation provider streams are replayed into.
@@ -293,7 +303,7 @@ fn replay_inputs(
         writeln!(out, "end of recording: timers run")?;
         timeline_events(store, out)?;
     } else {
-        emit(store, out)?;
+        emit(store, out, human(args))?;
     }
     Ok(done.dead_letters)
 }
@@ -698,16 +708,66 @@ fn replay_one(
         )?;
         timeline_events(store, out)?;
     } else {
-        emit(store, out)?;
+        emit(store, out, human(args))?;
     }
     Ok(done)
 }
 
-/// Flushes the store (the outbox hands out only durable rows) and prints the events as JSON
-/// lines.
-fn emit(store: &Store, out: &mut impl Write) -> anyhow::Result<()> {
+/// Flushes the store (the outbox hands out only durable rows) and prints the events: JSON
+/// lines, or for a person at a terminal (`human`) one aligned, colored line per event.
+fn emit(store: &Store, out: &mut impl Write, human: bool) -> anyhow::Result<()> {
     store.flush().context("flush store")?;
-    let _ = sink::jsonl::drain(store, out)?;
+    if !human {
+        let _ = sink::jsonl::drain(store, out)?;
+        return Ok(());
+    }
+    let mut buf = Vec::new();
+    let _ = sink::jsonl::drain(store, &mut buf)?;
+    let style = super::output::Style::stdout();
+    let mut rows = Vec::new();
+    for line in buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let event: Event = serde_json::from_slice(line)?;
+        let kind = event.event_type.as_str();
+        let status = kind.rsplit('.').next().unwrap_or(kind);
+        let mut what = String::new();
+        if let Some(call) = &event.tool_call {
+            what = format!("#{} {} {}", call.index, call.id, call.name);
+        }
+        if let Some(result) = &event.tool_result {
+            what = format!("for {}", result.tool_call_id);
+        }
+        if let Some(calls) = &event.calls {
+            what = format!("{} call(s)", calls.len());
+        }
+        let detail = match (&event.tool_call, &event.tool_result) {
+            (Some(call), _) if !call.raw_arguments.is_empty() => {
+                super::query::excerpt(&call.raw_arguments, 60)
+            }
+            (_, Some(result)) => super::query::excerpt(&result.output, 60),
+            _ => String::new(),
+        };
+        let kind_shown = match status {
+            "completed" if kind != "message.completed" => style.good(kind),
+            "invalid" => style.bad(kind),
+            "abandoned" | "orphaned" => style.warn(kind),
+            _ => kind.to_string(),
+        };
+        rows.push(vec![
+            event.message_id.clone(),
+            kind_shown,
+            what,
+            event
+                .reason
+                .as_ref()
+                .or(event.finish_reason.as_ref())
+                .cloned()
+                .unwrap_or_default(),
+            detail,
+        ]);
+    }
+    for line in super::output::columns(&rows) {
+        writeln!(out, "{line}")?;
+    }
     Ok(())
 }
 
