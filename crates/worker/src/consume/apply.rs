@@ -1,12 +1,14 @@
 //! Applying inputs to the store on the blocking pool: a batch in order, one atomic commit each,
-//! storage errors retried in place, then one flush ([`apply_batch`]).
+//! storage errors retried in place ([`apply_inputs`]); the flush that makes them durable is a
+//! step of its own ([`flush_store`]), so the loop can run it while it applies the next batch.
 
 use super::inputs::OwnedInput;
 use assembler::{Applied, Store, StoreError};
 use sink::backoff::Backoff;
 use std::time::{Duration, Instant};
 
-/// What one blocking apply step did.
+/// What one blocking apply step did: an outcome per input applied (it stops at the first
+/// input that still fails), and whether (and how long) the flush after it took.
 pub(super) struct BatchResult {
     pub(super) outcomes: Vec<Result<Applied, StoreError>>,
     pub(super) flushed: bool,
@@ -51,8 +53,11 @@ pub(super) fn apply_with_retry(store: &Store, owned: &OwnedInput) -> Result<Appl
 }
 
 /// Applies inputs in order (one atomic commit each, storage errors retried in place), stopping
-/// at the first input that still fails, then flushes once. Blocking.
-pub(super) fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
+/// at the first input that still fails. Nothing is durable yet: see [`flush_store`]. Blocking.
+pub(super) fn apply_inputs(
+    store: &Store,
+    inputs: &[OwnedInput],
+) -> (Vec<Result<Applied, StoreError>>, Duration) {
     let started = Instant::now();
     let mut outcomes = Vec::with_capacity(inputs.len());
     for input in inputs {
@@ -73,21 +78,21 @@ pub(super) fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
             break;
         }
     }
-    let apply_time = started.elapsed();
-    let flush_started = Instant::now();
+    (outcomes, started.elapsed())
+}
+
+/// One flush of the store: whether it succeeded, and how long it took. Everything committed
+/// before it began is durable once it returns `true`. Blocking.
+pub(super) fn flush_store(store: &Store) -> (bool, Duration) {
+    let started = Instant::now();
     let flushed = match store.flush() {
         Ok(()) => true,
         Err(e) => {
-            tracing::error!(error = %e, "flush failed; batch will be redelivered");
+            tracing::error!(error = %e, "flush failed; the batch will be redelivered");
             false
         }
     };
-    BatchResult {
-        outcomes,
-        flushed,
-        apply_time,
-        flush_time: flush_started.elapsed(),
-    }
+    (flushed, started.elapsed())
 }
 
 #[cfg(test)]
@@ -95,6 +100,18 @@ mod tests {
     use super::*;
     use crate::consume::settle::Disposition;
     use crate::consume::testing::{chunk_input, flaky_store};
+
+    /// Apply then flush, as the loop does for one batch.
+    fn apply_batch(store: &Store, inputs: &[OwnedInput]) -> BatchResult {
+        let (outcomes, apply_time) = apply_inputs(store, inputs);
+        let (flushed, flush_time) = flush_store(store);
+        BatchResult {
+            outcomes,
+            flushed,
+            apply_time,
+            flush_time,
+        }
+    }
 
     /// A storage error used to nak the input, letting a later chunk of the same stream be
     /// applied before its redelivery; with only the JetStream sequence, the redelivered one was

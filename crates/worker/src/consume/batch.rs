@@ -1,7 +1,16 @@
-//! One fetched batch through the store: parse every message, apply the fresh ones together and
-//! each redelivered one alone, flush once, then settle every message ([`ConsumeLoop::process`]).
+//! Fetched batches through the store with group commit ([`ConsumeLoop::process`]): each batch
+//! is parsed and applied (committed, not yet durable) as soon as it is fetched; one flush at a
+//! time runs on the blocking pool, and it takes every batch applied before it began. Batches
+//! applied while a flush runs wait for the next one, which starts the moment the running one
+//! returns. So under a backlog a flush covers everything fetched during the one before (the
+//! write-back buffer collapses a stream's many state rewrites into one sled write), and when
+//! input is sparse every batch gets its own flush at once.
+//!
+//! A batch is settled (acked) only after a flush that began after its last commit returned:
+//! acks never run ahead of durability. A redelivered message is applied alone, behind its own
+//! durable note, after everything before it is settled.
 
-use super::apply::{apply_batch, BatchResult};
+use super::apply::{apply_inputs, flush_store, BatchResult};
 use super::inputs::{parse_message, OwnedInput, Rejected};
 use super::poison::apply_alone;
 use super::settle::{give_up_on_storage, Disposition};
@@ -12,42 +21,201 @@ use assembler::{Applied, InputKind, StoreError};
 use async_nats::jetstream::{self, AckKind};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::task::JoinHandle;
 
 struct Work {
     msg: jetstream::Message,
     parsed: Result<OwnedInput, Rejected>,
 }
 
+/// A batch whose inputs are applied (committed, not yet durable), with an outcome per applied
+/// input.
+struct Staged {
+    work: Vec<Work>,
+    outcomes: Vec<Result<Applied, StoreError>>,
+}
+
+/// Applied batches on their way to durability: those waiting for the next flush, and those
+/// the running flush covers.
+#[derive(Default)]
+pub(super) struct Pipeline {
+    /// Applied after the running flush began (or with none running yet).
+    waiting: Vec<Staged>,
+    /// The running flush and the batches applied before it began.
+    in_flight: Option<InFlight>,
+}
+
+struct InFlight {
+    staged: Vec<Staged>,
+    flush: JoinHandle<(bool, Duration)>,
+}
+
+impl Pipeline {
+    /// Waits for the running flush; never resolves when none runs (a `select!` branch, then
+    /// [`ConsumeLoop::flushed`]).
+    pub(super) async fn flush_done(&mut self) -> (bool, Duration) {
+        match &mut self.in_flight {
+            Some(f) => join_flush(&mut f.flush).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Whether nothing is applied and unsettled.
+    fn is_empty(&self) -> bool {
+        self.waiting.is_empty() && self.in_flight.is_none()
+    }
+}
+
+async fn join_flush(flush: &mut JoinHandle<(bool, Duration)>) -> (bool, Duration) {
+    match flush.await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "flush task failed; its batches will be redelivered");
+            (false, Duration::ZERO)
+        }
+    }
+}
+
 impl ConsumeLoop {
-    /// One batch: parse, apply, flush once, then settle every message.
+    /// One fetched batch (see the module docs).
     ///
     /// A message delivered before (after a crash, a lost ack, a nak) is applied alone, after a
-    /// durable note ([`assembler::Store::begin_attempt`]): if the process stops while applying it, the
-    /// next start knows which input it was, and after `max_deliver - 1` such stops the input
-    /// is dead-lettered as `poison` instead of crashing the worker again. The messages that
-    /// were merely fetched with it are applied alone too, get no stop recorded, and lose
+    /// durable note ([`assembler::Store::begin_attempt`]): if the process stops while applying
+    /// it, the next start knows which input it was, and after `max_deliver - 1` such stops the
+    /// input is dead-lettered as `poison` instead of crashing the worker again. The messages
+    /// that were merely fetched with it are applied alone too, get no stop recorded, and lose
     /// nothing. (The server redelivers without limit: it never drops a message on its own.)
-    pub(super) async fn process(&self, batch: Vec<jetstream::Message>) {
+    pub(super) async fn process(&self, batch: Vec<jetstream::Message>, pipeline: &mut Pipeline) {
         let mut fresh = Vec::with_capacity(batch.len());
         for msg in batch {
             let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
             if delivered > 1 {
                 if !fresh.is_empty() {
-                    self.process_run(std::mem::take(&mut fresh), false).await;
+                    self.stage(std::mem::take(&mut fresh), pipeline).await;
                 }
-                self.process_run(vec![msg], true).await;
+                self.settle_all(pipeline).await;
+                self.process_alone(msg).await;
             } else {
                 fresh.push(msg);
             }
         }
         if !fresh.is_empty() {
-            self.process_run(fresh, false).await;
+            self.stage(fresh, pipeline).await;
         }
     }
 
-    /// Parses, applies (together, or one `alone` with its note), flushes once, then settles
-    /// every message.
-    async fn process_run(&self, batch: Vec<jetstream::Message>, alone: bool) {
+    /// Applies a run of fresh messages; it waits for the next flush, which starts now when none
+    /// is running.
+    async fn stage(&self, batch: Vec<jetstream::Message>, pipeline: &mut Pipeline) {
+        let work = self.parse(batch);
+        let inputs: Vec<OwnedInput> = work
+            .iter()
+            .filter_map(|w| w.parsed.as_ref().ok().cloned())
+            .collect();
+        let outcomes = if inputs.is_empty() {
+            Vec::new()
+        } else {
+            let store = Arc::clone(&self.store);
+            let n = inputs.len();
+            match tokio::task::spawn_blocking(move || apply_inputs(&store, &inputs)).await {
+                Ok((outcomes, apply_time)) => {
+                    self.metrics.batch_apply.observe(apply_time);
+                    outcomes
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "apply task failed");
+                    (0..n).map(|_| Err(task_failed())).collect()
+                }
+            }
+        };
+        pipeline.waiting.push(Staged { work, outcomes });
+        if pipeline.in_flight.is_none() {
+            self.start_flush(pipeline);
+        }
+    }
+
+    /// Starts a flush covering every waiting batch.
+    fn start_flush(&self, pipeline: &mut Pipeline) {
+        let staged = std::mem::take(&mut pipeline.waiting);
+        if staged.is_empty() {
+            return;
+        }
+        let flush = if staged.iter().all(|s| s.outcomes.is_empty()) {
+            // nothing reached the store (every message rejected before it)
+            tokio::spawn(async { (true, Duration::ZERO) })
+        } else {
+            let store = Arc::clone(&self.store);
+            tokio::task::spawn_blocking(move || flush_store(&store))
+        };
+        pipeline.in_flight = Some(InFlight { staged, flush });
+    }
+
+    /// The running flush returned `result` ([`Pipeline::flush_done`]): settles the batches it
+    /// covered and starts the next flush for those applied meanwhile.
+    pub(super) async fn flushed(&self, pipeline: &mut Pipeline, result: (bool, Duration)) {
+        let (flushed, flush_time) = result;
+        if let Some(f) = pipeline.in_flight.take() {
+            self.metrics.batch_flush.observe(flush_time);
+            for staged in f.staged {
+                self.settle(staged, flushed).await;
+            }
+        }
+        self.start_flush(pipeline);
+    }
+
+    /// Flushes and settles everything applied (before a message applied alone, and at
+    /// shutdown).
+    pub(super) async fn settle_all(&self, pipeline: &mut Pipeline) {
+        while !pipeline.is_empty() {
+            match &mut pipeline.in_flight {
+                Some(f) => {
+                    let result = join_flush(&mut f.flush).await;
+                    self.flushed(pipeline, result).await;
+                }
+                None => self.start_flush(pipeline),
+            }
+        }
+    }
+
+    /// A message delivered before: applied alone behind its durable note, flushed, settled.
+    async fn process_alone(&self, msg: jetstream::Message) {
+        let work = self.parse(vec![msg]);
+        let input = work.first().and_then(|w| w.parsed.as_ref().ok().cloned());
+        let result = match input {
+            None => BatchResult {
+                outcomes: Vec::new(),
+                flushed: true,
+                apply_time: Duration::ZERO,
+                flush_time: Duration::ZERO,
+            },
+            Some(input) => {
+                let store = Arc::clone(&self.store);
+                let give_up_after = u32::try_from(self.config.max_deliver.saturating_sub(1).max(1))
+                    .unwrap_or(u32::MAX);
+                tokio::task::spawn_blocking(move || apply_alone(&store, &input, give_up_after))
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::error!(error = %e, "apply task failed");
+                        BatchResult {
+                            outcomes: vec![Err(task_failed())],
+                            flushed: false,
+                            apply_time: Duration::ZERO,
+                            flush_time: Duration::ZERO,
+                        }
+                    })
+            }
+        };
+        self.metrics.batch_apply.observe(result.apply_time);
+        self.metrics.batch_flush.observe(result.flush_time);
+        let staged = Staged {
+            work,
+            outcomes: result.outcomes,
+        };
+        self.settle(staged, result.flushed).await;
+    }
+
+    /// Parses every message into an assembler input (or the reason it cannot be one).
+    fn parse(&self, batch: Vec<jetstream::Message>) -> Vec<Work> {
         let mut work = Vec::with_capacity(batch.len());
         for msg in batch {
             let (stream_seq, published_ms) = msg
@@ -72,71 +240,34 @@ impl ConsumeLoop {
             }
             work.push(Work { msg, parsed });
         }
+        work
+    }
 
-        let inputs: Vec<OwnedInput> = work
-            .iter()
-            .filter_map(|w| w.parsed.as_ref().ok().cloned())
-            .collect();
-        let result = if inputs.is_empty() {
-            BatchResult {
-                outcomes: Vec::new(),
-                flushed: true,
-                apply_time: Duration::ZERO,
-                flush_time: Duration::ZERO,
-            }
-        } else {
-            let store = Arc::clone(&self.store);
-            let n = inputs.len();
-            let give_up_after =
-                u32::try_from(self.config.max_deliver.saturating_sub(1).max(1)).unwrap_or(u32::MAX);
-            let apply = move || match inputs.as_slice() {
-                [input] if alone => apply_alone(&store, input, give_up_after),
-                _ => apply_batch(&store, &inputs),
-            };
-            match tokio::task::spawn_blocking(apply).await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(error = %e, "apply task failed");
-                    BatchResult {
-                        outcomes: (0..n)
-                            .map(|_| {
-                                Err(StoreError::Corrupt {
-                                    space: "worker",
-                                    detail: "apply task failed".to_string(),
-                                })
-                            })
-                            .collect(),
-                        flushed: false,
-                        apply_time: Duration::ZERO,
-                        flush_time: Duration::ZERO,
-                    }
-                }
-            }
-        };
+    /// Settles every message of a staged batch once a flush that began after it returned
+    /// (`flushed`: whether it succeeded): one [`Disposition`] each, then the acks.
+    async fn settle(&self, staged: Staged, flushed: bool) {
         Metrics::add(&self.metrics.batches, 1);
         #[cfg(feature = "failpoints")]
         crate::run::failpoints::abort_between_flush_and_ack(
             self.abort_after_flushes,
-            result.flushed,
+            flushed,
             self.metrics
                 .batches
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
-        self.metrics.batch_apply.observe(result.apply_time);
-        self.metrics.batch_flush.observe(result.flush_time);
 
-        let mut outcomes = result.outcomes.into_iter();
+        let mut outcomes = staged.outcomes.into_iter();
         let nak_delay = self.config.nak_delay.get();
         let mut any_durable = false;
-        for w in work {
+        for w in staged.work {
             let mut disposition = match &w.parsed {
                 Ok(input) => match outcomes.next() {
                     Some(outcome) => {
                         self.count(&outcome, input);
-                        if outcome.is_ok() && result.flushed {
+                        if outcome.is_ok() && flushed {
                             any_durable = true;
                         }
-                        Disposition::after_apply(&outcome, result.flushed)
+                        Disposition::after_apply(&outcome, flushed)
                     }
                     // not attempted: an earlier input of the batch hit a storage error
                     None => Disposition::NakDelay,
@@ -209,5 +340,13 @@ impl ConsumeLoop {
                 );
             }
         }
+    }
+}
+
+/// The outcome of an input whose blocking apply task died (a panic in the store).
+fn task_failed() -> StoreError {
+    StoreError::Corrupt {
+        space: "worker",
+        detail: "apply task failed".to_string(),
     }
 }

@@ -1,6 +1,8 @@
 //! The consume loop (docs/contracts.md, "Consume loop"): fetch a batch → parse subject and
 //! headers into assembler inputs → apply each (one atomic commit each) → ONE flush → ack the
-//! batch → wake the relay.
+//! batch → wake the relay. With group commit ([`batch`]): one flush at a time runs on the
+//! blocking pool while the next batches are fetched, parsed and applied; they share the next
+//! flush; a batch is acked only after a flush that began after it returned.
 //!
 //! Every message gets exactly one of these decisions ([`settle::Disposition`]), made once:
 //! - applied, duplicate or parked → `Ack` after the flush;
@@ -86,6 +88,8 @@ impl ConsumeLoop {
         let mut tick = tokio::time::interval(self.config.tick_interval.get());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut messages: Option<Merged> = None;
+        // applied batches on their way to durability (see `batch`)
+        let mut pipeline = batch::Pipeline::default();
         loop {
             if shutdown.is_triggered() {
                 break;
@@ -100,6 +104,7 @@ impl ConsumeLoop {
             tokio::select! {
                 biased;
                 _ = shutdown.wait() => break,
+                flushed = pipeline.flush_done() => self.flushed(&mut pipeline, flushed).await,
                 _ = tick.tick() => self.tick().await,
                 next = stream.next() => match next {
                     Some(Some(Ok(first))) => {
@@ -119,7 +124,7 @@ impl ConsumeLoop {
                                 None => break,
                             }
                         }
-                        self.process(batch).await;
+                        self.process(batch, &mut pipeline).await;
                         if ended {
                             tracing::warn!("a pull stream ended; re-opening");
                             messages = None;
@@ -137,6 +142,8 @@ impl ConsumeLoop {
                 },
             }
         }
+        // what is applied is settled (acked once durable) before anything is handed back
+        self.settle_all(&mut pipeline).await;
         if let Some(stream) = messages.as_mut() {
             let mut returned = 0usize;
             while let Some(Some(Some(Ok(m)))) = stream.next().now_or_never() {

@@ -39,19 +39,28 @@ where
     F: FnOnce(Producer) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    let mut config = Config::default();
+    config.assembler.idle_timeout_ms = idle_timeout_ms;
+    config.consumer.tick_interval = HumanDuration(Duration::from_millis(100));
+    let store = Arc::new(Store::open_memory(config.assembler.clone()).expect("memory store"));
+    start_with(config, store, produce).await
+}
+
+/// [`start`] with the loop's config and store given.
+async fn start_with<F, Fut>(mut config: Config, store: Arc<Store>, produce: F) -> Running
+where
+    F: FnOnce(Producer) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let server = NatsServer::start().expect("nats-server starts");
     let js = jetstream::new(client(&server.url()).await);
-    let mut config = Config::default();
     config.consumer.fetch_expiry = HumanDuration(Duration::from_secs(1));
-    config.consumer.tick_interval = HumanDuration(Duration::from_millis(100));
-    config.assembler.idle_timeout_ms = idle_timeout_ms;
     let subjects = Subjects::new(&config.subject_prefix);
     let consumers: Vec<PullConsumer> = match provision::provision(&js, &config, &subjects).await {
         Ok(consumers) => consumers,
         Err(_) => panic!("provisioning a fresh server fails"),
     };
     produce(Producer::new(js.clone())).await;
-    let store = Arc::new(Store::open_memory(config.assembler.clone()).expect("memory store"));
     let metrics = Arc::new(Metrics::default());
     let relay_wake = Arc::new(Notify::new());
     let watermark = Arc::new(Watermark::default());
@@ -202,4 +211,104 @@ async fn the_store_timers_run_at_the_settled_watermark_not_the_wall_clock() {
         .expect("message stored");
     assert_eq!(snapshot.status, MessageStatus::Completed);
     run.stop().await;
+}
+
+/// The number of the durable consumer's messages delivered and not acked yet.
+async fn unacked(js: &jetstream::Context) -> u64 {
+    let mut consumer: PullConsumer = js
+        .get_stream("TOOLSTREAM_IN")
+        .await
+        .expect("input stream")
+        .get_consumer("toolstream")
+        .await
+        .expect("consumer");
+    let info = consumer.info().await.expect("consumer info");
+    info.num_ack_pending as u64
+}
+
+/// Pins the loop's group commit (consume/batch.rs): a batch is acked only after a flush that
+/// began after its commits returned, and the relay sees none of its events before; batches
+/// fetched while a flush runs are applied meanwhile and share the next flush.
+#[tokio::test]
+async fn a_batch_is_acked_only_after_a_flush_begun_after_it_and_batches_applied_meanwhile_share_the_next(
+) {
+    let gate = Arc::new(super::testing::FlushGate::default());
+    let mut config = Config::default();
+    // no tick during the test: its flush would wait at the gate too
+    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
+    let store = Arc::new(super::testing::gated_store(
+        Arc::clone(&gate),
+        config.assembler.clone(),
+    ));
+    let run = start_with(config, Arc::clone(&store), |_| async {}).await;
+    // a test failure must not leave a flush waiting: the runtime would wait for it forever
+    let _open_on_drop = OpenOnDrop(Arc::clone(&gate));
+    // the loop's first tick flushes at once; hold the flushes after it
+    let ticked = toolstream_testkit::wait::eventually_async(WAIT, || async {
+        gate.flushes.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    assert!(ticked.is_some(), "the loop starts with a tick");
+    gate.close();
+    let flushes_before = gate.flushes.load(Ordering::SeqCst);
+    // one chunk per stream: each is a batch of its own
+    let body = openai::call_start(0, "call_1", "f");
+    Producer::new(run.js.clone())
+        .chunk("c1", "m1", "openai-chat", 0, &body)
+        .await;
+    let stored = |conv: &'static str, msg: &'static str| {
+        let store = Arc::clone(&store);
+        move || {
+            let store = Arc::clone(&store);
+            async move { store.message_snapshot(conv, msg).ok().flatten().is_some() }
+        }
+    };
+    let applied = toolstream_testkit::wait::eventually_async(WAIT, stored("c1", "m1")).await;
+    assert!(applied.is_some(), "the first chunk is applied");
+    assert_eq!(unacked(&run.js).await, 1, "it waits for its flush, unacked");
+    assert!(
+        store.outbox_peek(100).expect("outbox").is_empty(),
+        "the relay sees no event of a batch that is not durable"
+    );
+
+    // two more chunks arrive, one after the other, while the first flush is held: both are
+    // applied, and wait
+    for (conv, msg, id) in [("c2", "m2", "call_2"), ("c3", "m3", "call_3")] {
+        let body = openai::call_start(0, id, "g");
+        Producer::new(run.js.clone())
+            .chunk(conv, msg, "openai-chat", 0, &body)
+            .await;
+        let applied = toolstream_testkit::wait::eventually_async(WAIT, stored(conv, msg)).await;
+        assert!(
+            applied.is_some(),
+            "{conv} is applied during the first flush"
+        );
+    }
+    assert_eq!(
+        gate.flushes.load(Ordering::SeqCst),
+        flushes_before,
+        "no flush has returned since"
+    );
+    assert_eq!(unacked(&run.js).await, 3, "and nothing is acked");
+
+    gate.open();
+    wait_settled(&run.js, "toolstream")
+        .await
+        .expect("both batches acked once flushed");
+    assert_eq!(
+        gate.flushes.load(Ordering::SeqCst),
+        flushes_before + 2,
+        "the held flush, then one flush for the two batches applied meanwhile"
+    );
+    assert!(!store.outbox_peek(100).expect("outbox").is_empty());
+    run.stop().await;
+}
+
+/// Opens the gate when dropped.
+struct OpenOnDrop(Arc<super::testing::FlushGate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
 }

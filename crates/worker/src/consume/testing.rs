@@ -1,5 +1,6 @@
 //! Test helpers shared by the consume room's unit tests: a storage whose commits fail on
-//! demand ([`flaky_store`]) and a chunk input ([`chunk_input`]).
+//! demand ([`flaky_store`]), one whose flushes wait for a gate ([`gated_store`]) and a chunk
+//! input ([`chunk_input`]).
 
 use super::inputs::{parse_message, OwnedInput};
 use assembler::{Store, StoreError};
@@ -70,6 +71,90 @@ pub(crate) fn flaky_store(failures: u32) -> Store {
         failures: std::sync::atomic::AtomicU32::new(failures),
     };
     Store::with_storage(std::sync::Arc::new(storage), assembler::Config::default()).expect("store")
+}
+
+/// Holds every flush while closed: a disk that takes its time to fsync.
+#[derive(Default)]
+pub(crate) struct FlushGate {
+    closed: std::sync::Mutex<bool>,
+    changed: std::sync::Condvar,
+    /// Flushes that have returned.
+    pub(crate) flushes: std::sync::atomic::AtomicU64,
+}
+
+impl FlushGate {
+    /// Flushes wait from now on.
+    pub(crate) fn close(&self) {
+        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    }
+
+    /// Waiting flushes go on, and later ones do not wait.
+    pub(crate) fn open(&self) {
+        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        self.changed.notify_all();
+    }
+
+    fn pass(&self) {
+        let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+        while *closed {
+            closed = self.changed.wait(closed).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+struct GatedStorage {
+    inner: assembler::storage::memory::MemoryStorage,
+    gate: std::sync::Arc<FlushGate>,
+}
+
+impl assembler::storage::Storage for GatedStorage {
+    fn get(
+        &self,
+        space: assembler::storage::Space,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(space, key)
+    }
+    fn scan_prefix(
+        &self,
+        space: assembler::storage::Space,
+        prefix: &[u8],
+    ) -> Result<Vec<assembler::storage::Pair>, StoreError> {
+        self.inner.scan_prefix(space, prefix)
+    }
+    fn first_n(
+        &self,
+        space: assembler::storage::Space,
+        limit: usize,
+    ) -> Result<Vec<assembler::storage::Pair>, StoreError> {
+        self.inner.first_n(space, limit)
+    }
+    fn count(&self, space: assembler::storage::Space) -> Result<usize, StoreError> {
+        self.inner.count(space)
+    }
+    fn commit(&self, set: assembler::storage::WriteSet) -> Result<(), StoreError> {
+        self.inner.commit(set)
+    }
+    fn remove(&self, space: assembler::storage::Space, key: &[u8]) -> Result<bool, StoreError> {
+        self.inner.remove(space, key)
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        self.gate.pass();
+        let r = self.inner.flush();
+        self.gate
+            .flushes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        r
+    }
+}
+
+/// A memory store whose flushes wait while `gate` is closed.
+pub(crate) fn gated_store(gate: std::sync::Arc<FlushGate>, config: assembler::Config) -> Store {
+    let storage = GatedStorage {
+        inner: assembler::storage::memory::MemoryStorage::new(),
+        gate,
+    };
+    Store::with_storage(std::sync::Arc::new(storage), config).expect("store")
 }
 
 pub(crate) fn chunk_input(seq: u64) -> OwnedInput {
