@@ -13,6 +13,10 @@ use std::path::PathBuf;
 /// Where the NATS server is, who connects, over what.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ConnectionArgs {
+    /// TOML config file (see deploy/toolstream.toml for every setting); a client command
+    /// takes its connection settings (URL, prefixes, auth, TLS) from the worker's file.
+    #[arg(long, env = "TOOLSTREAM_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// NATS server URL(s), comma-separated [default: nats://127.0.0.1:4222].
     #[arg(long, env = "TOOLSTREAM_NATS_URL", value_name = "URL")]
     pub nats_url: Option<String>,
@@ -66,7 +70,8 @@ fn set_opt<T>(slot: &mut Option<T>, value: Option<T>) {
 }
 
 impl ConnectionArgs {
-    /// Puts the given flags over `c` (absent ones change nothing).
+    /// Puts the given flags over `c` (absent ones change nothing; `config` is the caller's to
+    /// read first).
     pub fn lay_over(self, c: &mut Config) {
         set(&mut c.nats_url, self.nats_url);
         set(&mut c.subject_prefix, self.subject_prefix);
@@ -82,10 +87,13 @@ impl ConnectionArgs {
         set_opt(&mut c.tls.key_file, self.tls_key_file);
     }
 
-    /// A client command's settings: the defaults with these flags over them, checked by the
-    /// same validation as the worker's.
+    /// A client command's settings: the defaults, the `--config` file, then these flags, checked
+    /// by the same validation as the worker's.
     pub fn resolve(&self) -> anyhow::Result<Config> {
-        let mut c = Config::default();
+        let mut c = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
         self.clone().lay_over(&mut c);
         c.validate_connection()?;
         Ok(c)

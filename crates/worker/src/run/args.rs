@@ -10,9 +10,6 @@ use std::path::PathBuf;
 /// config file; each reads its `TOOLSTREAM_*` environment variable when the flag is absent.
 #[derive(Debug, Default, clap::Args)]
 pub struct RunArgs {
-    /// TOML config file (see deploy/toolstream.toml for every setting).
-    #[arg(long, env = "TOOLSTREAM_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -122,7 +119,7 @@ fn set<T>(slot: &mut T, value: Option<T>) {
 impl RunArgs {
     /// The effective configuration: defaults < file < environment < flags, validated.
     pub fn resolve(self) -> anyhow::Result<Config> {
-        let mut c = match &self.config {
+        let mut c = match &self.connection.config {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
