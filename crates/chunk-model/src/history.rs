@@ -24,6 +24,7 @@ pub use options::{HistoryOptions, HistoryRequest};
 pub use plan::{Block, Plan, ORPHAN_HEADER};
 pub use truncate::TRUNCATION_MARKER;
 
+use crate::decode::openai_chat::is_other_choice;
 use crate::encode::{
     encode_calls, encode_results, encode_text, insert_reasoning, merge_roles_tagged,
     renders_signature, EncCall, EncResult, HistoryFormat, IdMap, IdRule, META_EXTRA_CONTENT,
@@ -85,6 +86,23 @@ pub fn render(
     target: HistoryFormat,
     options: &HistoryOptions,
 ) -> Result<RenderedHistory, HistoryError> {
+    // Other choices of an OpenAI chat `n > 1` request are alternatives of their message,
+    // not turns after it: the history follows choice 0.
+    let alternatives = snapshots
+        .iter()
+        .filter(|s| is_other_choice(&s.message_id))
+        .count();
+    let followed: Vec<MessageSnapshot>;
+    let snapshots = if alternatives > 0 {
+        followed = snapshots
+            .iter()
+            .filter(|s| !is_other_choice(&s.message_id))
+            .cloned()
+            .collect();
+        &followed[..]
+    } else {
+        snapshots
+    };
     let plan = Plan::build(snapshots, options);
     let ids = IdMap::build(
         IdRule::for_format(target),
@@ -194,6 +212,12 @@ pub fn render(
         .map(|(_, n)| n)
         .sum();
     let mut notes = Vec::new();
+    if alternatives > 0 {
+        notes.push(format!(
+            "{alternatives} alternative choice message(s) (`<msg>~choice<k>`, OpenAI chat with \
+             n > 1) left out: the history follows choice 0 of each message"
+        ));
+    }
     if dropped_signatures > 0 {
         notes.push(format!(
             "{dropped_signatures} Gemini thought signature(s) dropped: the {target} format \

@@ -52,6 +52,15 @@ pub struct StreamState {
     /// Closed after a gap timeout: later inputs are consumed without effect.
     #[serde(default)]
     pub closed: bool,
+    /// Chunk streams of OpenAI chat with `n > 1`: the highest choice index seen, plus one (0
+    /// or 1: one choice). Choice `k > 0` is its own message
+    /// (`chunk_model::decode::openai_chat::choice_message`), ended with the stream.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub choices: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What to do with an input, given its stream's state.
@@ -69,6 +78,11 @@ pub enum Admission {
 }
 
 impl StreamState {
+    /// How many choices the stream has carried (at least one).
+    pub fn choice_count(&self) -> u32 {
+        self.choices.max(1)
+    }
+
     /// Why a chunk numbered unlike the chunks this stream already has (no `Toolstream-Seq`
     /// in a numbered stream, or the reverse) cannot be placed: its dead-letter reason
     /// (`missing_seq`, `unexpected_seq`), if so. Explicit ends (`has_control`) may come

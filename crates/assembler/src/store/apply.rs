@@ -22,7 +22,10 @@ use crate::error::StoreError;
 use crate::input::{Applied, Control, Input, InputKind, Seq};
 use crate::keys;
 use crate::storage::{Space, Storage};
+use chunk_model::decode::openai_chat::choice_message;
+use chunk_model::decode::Route;
 use chunk_model::wire::{DeadLetterCode, Reason};
+use chunk_model::ChunkEvent;
 
 /// Applies `input` in one commit. Returns the verdict and the number of outbox rows written.
 /// With `rejected`, the caller could not read the input (bad headers): it is dead-lettered
@@ -290,7 +293,8 @@ fn apply_chunk(
     now: u64,
 ) -> Result<Applied, StoreError> {
     let limits = txn.inner.limits;
-    let mut out = StepOutput::default();
+    // (choice, what stepping its message caused): one message per choice (`n > 1`)
+    let mut steps: Vec<(u32, StepOutput)> = Vec::new();
     if let Some(control) = item.control {
         // An end on a stream that never named a provider (and has no message) would complete
         // an empty message that no event can show, silently, and dead-letter the real stream
@@ -298,32 +302,85 @@ fn apply_chunk(
         if item.provider.is_none() && txn.message_mut(item.conv, item.msg)?.is_none() {
             return lose(txn, skey, item, DeadLetterCode::NoProvider.as_str(), now);
         }
-        txn.message_or_new(item.conv, item.msg, item.provider)?;
-        txn.hold_text(&keys::message(item.conv, item.msg))?;
-        let m = txn.message_or_new(item.conv, item.msg, item.provider)?;
-        core::step::control(m, control, &mut out);
+        for k in 0..txn.stream(skey)?.choice_count() {
+            let msg = choice_message(item.msg, k);
+            let mut out = StepOutput::default();
+            txn.message_or_new(item.conv, &msg, item.provider)?;
+            txn.hold_text(&keys::message(item.conv, &msg))?;
+            let m = txn.message_or_new(item.conv, &msg, item.provider)?;
+            core::step::control(m, control, &mut out);
+            steps.push((k, out));
+        }
     } else {
         let Some(provider) = item.provider else {
             return lose(txn, skey, item, DeadLetterCode::NoProvider.as_str(), now);
         };
-        let events = match chunk_model::decode(provider, item.body) {
+        let routed = match chunk_model::decode::decode_routed(provider, item.body) {
             Ok(evs) => evs,
             Err(e) => return lose(txn, skey, item, &DeadLetterCode::DecodeError.with(e), now),
         };
-        let mkey = keys::message(item.conv, item.msg);
-        for ev in events {
-            let m = txn.message_or_new(item.conv, item.msg, Some(provider))?;
-            if core::step::needs_text(m, &ev, &limits) {
-                txn.hold_text(&mkey)?;
+        let highest = routed
+            .iter()
+            .filter_map(|(route, _)| match route {
+                Route::Choice(k) => Some(*k),
+                Route::All => None,
+            })
+            .max();
+        if let Some(k) = highest {
+            if k >= MAX_CHOICES {
+                let why = format!(
+                    "openai-chat: choices[].index {k}: a request streams at most {MAX_CHOICES} \
+                     choices"
+                );
+                return lose(txn, skey, item, &DeadLetterCode::DecodeError.with(why), now);
             }
-            let m = txn.message_or_new(item.conv, item.msg, Some(provider))?;
-            core::step(m, ev, &limits, &mut out);
+            let st = txn.stream_mut(skey)?;
+            st.choices = st.choices.max(k + 1);
         }
-        // (a chunk with no events still makes its message, as before)
-        txn.message_or_new(item.conv, item.msg, Some(provider))?;
+        let choices = txn.stream(skey)?.choice_count();
+        let mut buckets: Vec<Vec<ChunkEvent>> = vec![Vec::new(); choices as usize];
+        for (route, ev) in routed {
+            match route {
+                Route::Choice(k) => {
+                    if let Some(bucket) = buckets.get_mut(k as usize) {
+                        bucket.push(ev);
+                    }
+                }
+                Route::All => {
+                    for bucket in &mut buckets {
+                        bucket.push(ev.clone());
+                    }
+                }
+            }
+        }
+        for (k, events) in buckets.into_iter().enumerate() {
+            let k = k as u32;
+            // (a chunk with no events still makes its message, as before; other choices'
+            // messages start with their first event)
+            if k > 0 && events.is_empty() {
+                continue;
+            }
+            let msg = choice_message(item.msg, k);
+            let mkey = keys::message(item.conv, &msg);
+            let mut out = StepOutput::default();
+            for ev in events {
+                let m = txn.message_or_new(item.conv, &msg, Some(provider))?;
+                if core::step::needs_text(m, &ev, &limits) {
+                    txn.hold_text(&mkey)?;
+                }
+                let m = txn.message_or_new(item.conv, &msg, Some(provider))?;
+                core::step(m, ev, &limits, &mut out);
+            }
+            txn.message_or_new(item.conv, &msg, Some(provider))?;
+            steps.push((k, out));
+        }
     }
-    let after_end = out.after_end;
-    after_step_of(txn, item.conv, item.msg, out, Some(item), now)?;
+    let mut after_end = false;
+    for (k, out) in steps {
+        after_end |= out.after_end;
+        let msg = choice_message(item.msg, k);
+        after_step_of(txn, item.conv, &msg, item.msg, out, Some(item), now)?;
+    }
     if after_end {
         return Ok(dead_letter(
             txn,
@@ -350,26 +407,19 @@ fn apply_result(txn: &mut Txn<'_>, item: &Item<'_>, now: u64) -> Result<Applied,
     apply_results(txn, item, results, now)
 }
 
-/// Persists what a core step toolstream caused (a timer, a hole) that carries no chunk: see
-/// [`after_step_of`].
-pub(crate) fn after_step(
-    txn: &mut Txn<'_>,
-    conv: &str,
-    msg: &str,
-    out: StepOutput,
-    now: u64,
-) -> Result<(), StoreError> {
-    after_step_of(txn, conv, msg, out, None, now)
-}
+/// Most choices (`n`) of one OpenAI chat stream; OpenAI's own limit is 128.
+pub const MAX_CHOICES: u32 = 128;
 
-/// Persists what a core step caused: argument writes, events, call registrations (and the
-/// results they match), in-stream results (carried by chunk `item`), the producer results
-/// that waited for the message to end, then `message.completed` when due, and the stream's
-/// open flag.
+/// Persists what a core step caused to message `msg` (a choice of the chunk stream of
+/// `stream_msg`): argument writes, events, call registrations (and the results they match),
+/// in-stream results (carried by chunk `item`; `None` for a step toolstream caused: a timer,
+/// a hole), the producer results that waited for the message to end, then `message.completed`
+/// when due, and the stream's open flag (open while any of its choices' messages is).
 pub(crate) fn after_step_of(
     txn: &mut Txn<'_>,
     conv: &str,
     msg: &str,
+    stream_msg: &str,
     out: StepOutput,
     item: Option<&Item<'_>>,
     now: u64,
@@ -392,17 +442,14 @@ pub(crate) fn after_step_of(
     {
         release_on_end(txn, conv, msg)?;
     }
-    let (done, open) = match txn.message_mut(conv, msg)? {
+    let done = match txn.message_mut(conv, msg)? {
         Some(m) => {
             if m.phase == core::MessagePhase::Ended && m.calls.iter().any(|c| c.needs_text()) {
                 return Err(text_missing());
             }
-            (
-                core::complete_if_done(m),
-                m.phase != core::MessagePhase::Completed,
-            )
+            core::complete_if_done(m)
         }
-        None => (None, false),
+        None => None,
     };
     if let Some(mut ev) = done {
         if ev.provider.is_none() {
@@ -419,8 +466,15 @@ pub(crate) fn after_step_of(
             Vec::new(),
         );
     }
-    txn.stream_mut(&keys::stream(InputKind::Chunk, conv, msg))?
-        .open = open;
+    let skey = keys::stream(InputKind::Chunk, conv, stream_msg);
+    let mut open = false;
+    for k in 0..txn.stream(&skey)?.choice_count() {
+        let choice = choice_message(stream_msg, k);
+        open |= txn
+            .message_mut(conv, &choice)?
+            .is_some_and(|m| m.phase != core::MessagePhase::Completed);
+    }
+    txn.stream_mut(&skey)?.open = open;
     Ok(())
 }
 

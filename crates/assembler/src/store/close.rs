@@ -1,7 +1,7 @@
 //! Ending a chunk stream's message for a toolstream reason: closing it at a hole (a gap that
 //! did not fill, a lost chunk: parked chunks become dead letters) or ending it idle.
 
-use super::apply::after_step;
+use super::apply::after_step_of;
 use super::dead_letter::{dead_letter, Item};
 use super::records::ParkedInput;
 use super::txn::Txn;
@@ -10,6 +10,7 @@ use crate::error::StoreError;
 use crate::input::{InputKind, Seq};
 use crate::keys;
 use crate::storage::Space;
+use chunk_model::decode::openai_chat::choice_message;
 use chunk_model::wire::{DeadLetterCode, Reason};
 
 /// Closes a chunk stream with a hole (`gap`, `lost_chunk`): every parked chunk behind it is
@@ -70,10 +71,18 @@ pub(crate) fn end_stream(
         txn.stream_mut(skey)?.open = false;
         return Ok(());
     }
-    let mut out = StepOutput::default();
-    txn.message_or_new(conv, msg, provider)?;
-    txn.hold_text(&keys::message(conv, msg))?;
-    let m = txn.message_or_new(conv, msg, provider)?;
-    core::step::abandon(m, reason, &mut out);
-    after_step(txn, conv, msg, out, now)
+    // every choice's message (OpenAI chat `n > 1`) ends with its stream
+    for k in 0..txn.stream(skey)?.choice_count() {
+        let choice = choice_message(msg, k);
+        if k > 0 && txn.message_mut(conv, &choice)?.is_none() {
+            continue;
+        }
+        let mut out = StepOutput::default();
+        txn.message_or_new(conv, &choice, provider)?;
+        txn.hold_text(&keys::message(conv, &choice))?;
+        let m = txn.message_or_new(conv, &choice, provider)?;
+        core::step::abandon(m, reason, &mut out);
+        after_step_of(txn, conv, &choice, msg, out, None, now)?;
+    }
+    Ok(())
 }

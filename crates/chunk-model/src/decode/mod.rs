@@ -50,6 +50,29 @@ pub fn decode(provider: Provider, chunk: &[u8]) -> Result<Vec<ChunkEvent>, Decod
     }
 }
 
+pub use openai_chat::Route;
+
+/// Decodes one chunk like [`decode`], each event with the choice it belongs to: OpenAI chat
+/// with `n > 1` streams several alternative completions, each its own message (see
+/// [`openai_chat::choice_message`]); every other format has one (`Route::Choice(0)`), and an
+/// end of stream (`[DONE]`) concerns every choice (`Route::All`).
+pub fn decode_routed(
+    provider: Provider,
+    chunk: &[u8],
+) -> Result<Vec<(Route, ChunkEvent)>, DecodeError> {
+    let trimmed = chunk.trim_ascii();
+    if provider == Provider::OpenaiChat && !trimmed.is_empty() && trimmed != b"[DONE]" {
+        return openai_chat::decode_by_choice(trimmed);
+    }
+    Ok(decode(provider, chunk)?
+        .into_iter()
+        .map(|ev| match ev {
+            ChunkEvent::StreamEnd => (Route::All, ev),
+            other => (Route::Choice(0), other),
+        })
+        .collect())
+}
+
 /// Guesses the provider format from one chunk, or `None` when the chunk does not say
 /// (`[DONE]`, a `ping`, a chunk that is not JSON). Used by `toolstream replay` when
 /// `--provider` is omitted: it tries each chunk until one answers.

@@ -15,9 +15,12 @@
 //! is read as the AI SDK v6 object `{unified, raw}` or else as no reason, and a tool call
 //! `index` may be a number or a number written as a string.
 //!
-//! Only choice index 0 (or a choice without an index) is decoded: a request with `n > 1`
-//! streams several alternative completions, and toolstream assembles the first one only;
-//! the other choices are ignored.
+//! A request with `n > 1` streams several alternative completions, told apart by
+//! `choices[i].index`. [`decode_by_choice`] routes every event to its choice ([`Route`]); each
+//! choice is assembled as its own message: choice 0 (or a choice without a readable index) is
+//! the message of the subject, choice `k > 0` the message [`choice_message`]`(msg, k)` =
+//! `<msg>~choice<k>` (README "Contracts"). A top-level `error` concerns every choice.
+//! [`decode`] gives choice 0's events (and the stream-wide ones) only.
 //!
 //! The decoder passes what it sees through faithfully (indices missing, `null`, starting at
 //! 1, or reused by a new id; ids restated on every fragment); matching fragments to calls is
@@ -84,17 +87,60 @@ struct FunctionDelta<'a> {
     arguments: Option<JsonText>,
 }
 
-/// Decodes one chunk (already trimmed, never `[DONE]`).
+/// The separator of a choice message id: choice `k > 0` of message `<msg>` is
+/// `<msg>~choice<k>`.
+pub const CHOICE_SEPARATOR: &str = "~choice";
+
+/// The message id of choice `k` of message `msg` (`n > 1`): `msg` itself for choice 0,
+/// `<msg>~choice<k>` for the others (a valid subject token whenever `msg` is one).
+pub fn choice_message(msg: &str, k: u32) -> String {
+    if k == 0 {
+        msg.to_string()
+    } else {
+        format!("{msg}{CHOICE_SEPARATOR}{k}")
+    }
+}
+
+/// Whether `msg` is the message of a choice `k > 0` (an alternative completion of another
+/// message, [`choice_message`]).
+pub fn is_other_choice(msg: &str) -> bool {
+    msg.rsplit_once(CHOICE_SEPARATOR).is_some_and(|(base, k)| {
+        !base.is_empty() && k.parse::<u32>().is_ok_and(|k| k > 0) && !k.starts_with('0')
+    })
+}
+
+/// Which message an event of a chunk belongs to: one choice's, or every choice's (a
+/// stream-wide end or error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Choice `k`'s message.
+    Choice(u32),
+    /// Every choice's message.
+    All,
+}
+
+/// Decodes one chunk (already trimmed, never `[DONE]`): choice 0's events and the stream-wide
+/// ones (see [`decode_by_choice`] for every choice).
 pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
+    Ok(decode_by_choice(chunk)?
+        .into_iter()
+        .filter(|(route, _)| matches!(route, Route::Choice(0) | Route::All))
+        .map(|(_, ev)| ev)
+        .collect())
+}
+
+/// Decodes one chunk (already trimmed, never `[DONE]`), each event with the choice it belongs
+/// to.
+pub fn decode_by_choice(chunk: &[u8]) -> Result<Vec<(Route, ChunkEvent)>, DecodeError> {
     let parsed: Chunk<'_> = parse(Provider::OpenaiChat, chunk)?;
-    let mut out = Vec::new();
+    let mut all = Vec::new();
     for choice in parsed.choices.into_iter().flatten() {
         // A choice index that is not a readable number counts as the first choice.
-        if let Some(Ok(Some(i))) = choice.index.as_ref().map(SoftIndex::get) {
-            if i != 0 {
-                continue;
-            }
-        }
+        let k = match choice.index.as_ref().map(SoftIndex::get) {
+            Some(Ok(Some(i))) => i,
+            _ => 0,
+        };
+        let mut out = Vec::new();
         if let Some(delta) = choice.delta {
             for call in delta.tool_calls.into_iter().flatten() {
                 let (name, arguments) = split_function(call.function);
@@ -115,13 +161,17 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
         if let Some((finish, reason)) = choice.finish_reason.and_then(|r| r.read(finish_of)) {
             out.push(ChunkEvent::MessageEnd { finish, reason });
         }
+        all.extend(out.into_iter().map(|ev| (Route::Choice(k), ev)));
     }
     if let Some(error) = parsed.error {
-        out.push(ChunkEvent::ProviderError {
-            message: provider_message(&error),
-        });
+        all.push((
+            Route::All,
+            ChunkEvent::ProviderError {
+                message: provider_message(&error),
+            },
+        ));
     }
-    Ok(out)
+    Ok(all)
 }
 
 fn split_function(f: Option<FunctionDelta<'_>>) -> (Option<String>, Option<String>) {
