@@ -229,3 +229,51 @@ fn only_kept_turns_count_in_the_window() {
     .unwrap();
     assert_eq!(h.dropped_reasoning, 3);
 }
+
+#[test]
+fn a_previous_turns_note_merged_into_the_thinking_turn_goes_after_its_thinking() {
+    // turn 1: its only call was cut (an assistant note); turn 2: thinking, then a call. The
+    // two assistant messages merge (and the API would join them anyway): thinking first.
+    let cut_only = snapshot(
+        "m1",
+        vec![cut_call(
+            "toolu_0",
+            "get_quote",
+            0,
+            CallStatus::Invalid,
+            r#"{"t"#,
+        )],
+        vec![],
+    );
+    let snaps = vec![cut_only, turn().remove(0)];
+    for target in [HistoryFormat::Anthropic, HistoryFormat::Bedrock] {
+        let h = render(&snaps, target, &HistoryOptions::default()).unwrap();
+        assert_eq!(
+            h.messages.len(),
+            2,
+            "{target}: merged assistant turn, then results"
+        );
+        let kinds = types(&h.messages[0]["content"]);
+        let want: &[&str] = if target == HistoryFormat::Anthropic {
+            &[
+                "thinking",
+                "redacted_thinking",
+                "text",
+                "tool_use",
+                "thinking",
+                "tool_use",
+            ]
+        } else {
+            &[
+                "reasoningContent",
+                "reasoningContent",
+                "text",
+                "toolUse",
+                "reasoningContent",
+                "toolUse",
+            ]
+        };
+        assert_eq!(kinds, want, "{target}");
+        assert_eq!(kinds[2], "text", "{target}: the note follows the thinking");
+    }
+}

@@ -388,7 +388,20 @@ pub fn merge_roles_tagged(
                 let extra = msg.get(list_key).and_then(Value::as_array).cloned();
                 let target = prev.get_mut(list_key).and_then(Value::as_array_mut);
                 if let (Some(extra), Some(target)) = (extra, target) {
-                    target.extend(extra);
+                    // Anthropic wants an assistant turn that holds thinking to start with it
+                    // (the API joins consecutive turns the same way): the reasoning blocks
+                    // that open the merged message go ahead of a previous turn's note.
+                    let lead =
+                        if matches!(format, HistoryFormat::Anthropic | HistoryFormat::Bedrock) {
+                            extra.iter().take_while(|b| is_reasoning(b)).count()
+                        } else {
+                            0
+                        };
+                    let at = target.iter().take_while(|b| is_reasoning(b)).count();
+                    let mut extra = extra;
+                    let rest = extra.split_off(lead);
+                    target.splice(at..at, extra);
+                    target.extend(rest);
                     *prev_turns = (*prev_turns.start()).min(*turns.start())
                         ..=(*prev_turns.end()).max(*turns.end());
                     continue;
@@ -398,6 +411,15 @@ pub fn merge_roles_tagged(
         out.push((turns, msg));
     }
     out
+}
+
+/// Whether a content block is a reasoning block (Anthropic `thinking` / `redacted_thinking`,
+/// Bedrock `reasoningContent`).
+fn is_reasoning(b: &Value) -> bool {
+    matches!(
+        b.get("type").and_then(Value::as_str),
+        Some("thinking" | "redacted_thinking")
+    ) || b.get("reasoningContent").is_some()
 }
 
 /// Parses a history in `format` back into canonical snapshots (one per assistant turn with
