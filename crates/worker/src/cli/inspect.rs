@@ -229,10 +229,8 @@ impl Traces {
         Some(t)
     }
 
-    fn add(&mut self, input: &RecordedInput, provider: Provider, body: &[u8]) {
-        let Ok(events) = chunk_model::decode(provider, body) else {
-            return;
-        };
+    /// Adds one chunk's call statements (already decoded) to the calls they name.
+    fn add(&mut self, input: &RecordedInput, events: Vec<ChunkEvent>) {
         let seq = input
             .header(chunk_model::wire::headers::SEQ)
             .and_then(|s| s.trim().parse().ok());
@@ -292,8 +290,22 @@ fn trace_inputs(prefix: &str, inputs: &[RecordedInput]) -> BTreeMap<String, (usi
         let Some(provider) = providers.get(&msg).copied().or(conversation_provider) else {
             continue;
         };
-        if let Ok(body) = input.payload() {
-            entry.1.add(input, provider, &body);
+        let Ok(body) = input.payload() else {
+            continue;
+        };
+        // OpenAI chat with n > 1: choice k is its own message, `<msg>~choice<k>`
+        let Ok(routed) = chunk_model::decode::decode_routed(provider, &body) else {
+            continue;
+        };
+        let mut by_choice: BTreeMap<u32, Vec<ChunkEvent>> = BTreeMap::new();
+        for (route, event) in routed {
+            if let chunk_model::decode::Route::Choice(k) = route {
+                by_choice.entry(k).or_default().push(event);
+            }
+        }
+        for (k, events) in by_choice {
+            let id = chunk_model::decode::openai_chat::choice_message(&msg, k);
+            out.entry(id).or_default().1.add(input, events);
         }
     }
     out
@@ -434,6 +446,12 @@ pub fn main(args: InspectArgs) -> anyhow::Result<ExitCode> {
                             if !ids.iter().any(|i| i == p.message_id) {
                                 ids.push(p.message_id.to_string());
                             }
+                        }
+                    }
+                    // the other choices' messages of an OpenAI n > 1 stream
+                    for id in traces.keys() {
+                        if !ids.contains(id) {
+                            ids.push(id.clone());
                         }
                     }
                     ids
@@ -687,6 +705,24 @@ mod tests {
             .map(|f| (f.seq, f.stream_seq, f.text.as_str()))
             .collect();
         assert_eq!(got, [(Some(3), 13, "{\"a\": "), (Some(4), 14, "1}")]);
+    }
+
+    /// OpenAI chat with n > 1: choice 1's call is a call of message `<msg>~choice1`, not of the
+    /// subject's message.
+    #[test]
+    fn fragments_of_another_choice_belong_to_that_choices_message() {
+        let mut input = chunk(
+            20,
+            0,
+            r#"{"object":"chat.completion.chunk","choices":[{"index":1,"delta":{"tool_calls":[{"index":0,"id":"call_k1","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},"finish_reason":null}]}"#,
+        );
+        input.headers[0].1 = "openai-chat".into();
+        let traces = trace_inputs("toolstream", &[input]);
+        let other = chunk_model::decode::openai_chat::choice_message("m", 1);
+        let (_, t) = &traces[&other];
+        assert_eq!(t.calls[0].wire_id.as_deref(), Some("call_k1"));
+        assert_eq!(t.calls[0].fragments[0].text, "{\"x\":1}");
+        assert!(traces["m"].1.calls.is_empty(), "{traces:?}");
     }
 
     #[test]
