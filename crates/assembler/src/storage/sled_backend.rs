@@ -202,16 +202,16 @@ impl SledStorage {
         Ok(())
     }
 
-    /// The buffer as one sled batch.
+    /// The buffer as one sled batch. Keys and values are copied once, into sled's own
+    /// buffers (they stay in the write-back buffer until sled took the batch).
     fn batch_of(buffer: &Buffer) -> sled::Batch {
         let mut batch = sled::Batch::default();
         // A run of consecutive argument pieces of one call is written as its first piece
         // holding their concatenation (see `Space::Args`): one sled write instead of one per
         // fragment.
-        let mut run: Option<(Vec<u8>, u32, Vec<u8>)> = None;
+        let mut run: Option<(&[u8], u32, Vec<u8>)> = None;
         for (k, v) in buffer.iter() {
-            let (k, v) = (k.clone(), v.clone());
-            let piece = piece_of(&k);
+            let piece = piece_of(k);
             if let (Some((first_key, last, text)), Some((prefix, n)), Some(bytes)) =
                 (run.as_mut(), piece, v.as_ref())
             {
@@ -228,9 +228,9 @@ impl SledStorage {
                 batch.insert(key, text);
             }
             match (v, piece) {
-                (Some(v), Some((_, n))) => run = Some((k, n, v)),
-                (Some(v), None) => batch.insert(k, v),
-                (None, _) => batch.remove(k),
+                (Some(v), Some((_, n))) => run = Some((k.as_slice(), n, v.clone())),
+                (Some(v), None) => batch.insert(k.as_slice(), v.as_slice()),
+                (None, _) => batch.remove(k.as_slice()),
             }
         }
         if let Some((key, _, text)) = run.take() {
