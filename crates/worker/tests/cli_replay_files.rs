@@ -116,3 +116,38 @@ fn the_timeline_shows_chunks_as_sent_and_a_text_blocks_stop_as_a_block_end() {
         "{page}"
     );
 }
+
+/// OpenAI chat with `n: 2`: the timeline shows choice 1's statements and events as its own
+/// message's, not as choice 0's.
+#[test]
+fn the_timeline_shows_another_choices_calls_as_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("two_choices.sse");
+    let call = |choice: u32, id: &str| {
+        format!(
+            r#"{{"index":{choice},"delta":{{"tool_calls":[{{"index":0,"id":"{id}","type":"function","function":{{"name":"f","arguments":"{{\"x\":{choice}}}"}}}}]}},"finish_reason":null}}"#
+        )
+    };
+    let chunks = [
+        format!(
+            r#"{{"id":"c","object":"chat.completion.chunk","choices":[{},{}]}}"#,
+            call(0, "call_c0"),
+            call(1, "call_c1")
+        ),
+        r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"},{"index":1,"delta":{},"finish_reason":"tool_calls"}]}"#.to_string(),
+        "[DONE]".to_string(),
+    ];
+    let sse: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    std::fs::write(&file, sse).unwrap();
+    let out = replay(&["--timeline", file.to_str().unwrap()], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page = text(&out.stdout);
+    assert!(
+        page.contains("choice 1: fragment index=0 id=call_c1"),
+        "{page}"
+    );
+    assert!(
+        page.contains("tool_call.completed #0 call_c1 f {\"x\":1} (message two_choices~choice1)"),
+        "{page}"
+    );
+}

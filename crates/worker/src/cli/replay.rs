@@ -794,6 +794,9 @@ fn timeline_events(store: &Store, out: &mut impl Write) -> anyhow::Result<()> {
         if let Some(calls) = &event.calls {
             text.push_str(&format!(" [{} call(s)]", calls.len()));
         }
+        if chunk_model::decode::openai_chat::is_other_choice(&event.message_id) {
+            text.push_str(&format!(" (message {})", event.message_id));
+        }
         writeln!(out, "{text}")?;
     }
     Ok(())
@@ -841,14 +844,24 @@ fn timeline_chunk(
                     .collect::<Vec<_>>()
             })
             .map_err(|e| e.to_string()),
-        (InputKind::Chunk, Some(p)) if !chunk.is_empty() => chunk_model::decode(p, chunk)
-            .map(|events| {
-                events
-                    .iter()
-                    .map(|e| describe_chunk_event(e, message, calls))
-                    .collect()
-            })
-            .map_err(|e| e.to_string()),
+        // OpenAI chat with n > 1: another choice's statements are its own message's
+        (InputKind::Chunk, Some(p)) if !chunk.is_empty() => {
+            chunk_model::decode::decode_routed(p, chunk)
+                .map(|events| {
+                    events
+                        .iter()
+                        .map(|(route, e)| match route {
+                            chunk_model::decode::Route::Choice(k) if *k > 0 => {
+                                let other =
+                                    chunk_model::decode::openai_chat::choice_message(message, *k);
+                                format!("choice {k}: {}", describe_chunk_event(e, &other, calls))
+                            }
+                            _ => describe_chunk_event(e, message, calls),
+                        })
+                        .collect()
+                })
+                .map_err(|e| e.to_string())
+        }
         (InputKind::Chunk, _) => Ok(Vec::new()),
     };
     match decoded {
