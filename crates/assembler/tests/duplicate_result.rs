@@ -183,7 +183,9 @@ fn regression_a_second_result_for_an_answered_call_is_a_duplicate_result_dead_le
     assert_eq!(
         bodies,
         vec![
-            json!({"tool_call_id": "call_a", "output": "19 degrees", "is_error": false}),
+            // a message holding this result only: its own body, as sent
+            json!({"tool_call_id": "call_a", "output": "19 degrees"}),
+            // one of several results in a message: the result alone, in toolstream's shape
             json!({"tool_call_id": "call_a", "output": "20 degrees", "is_error": true}),
         ]
     );
@@ -256,7 +258,7 @@ fn a_streamed_result_under_way_keeps_its_call_against_a_later_whole_one() {
             .collect::<Vec<_>>(),
         vec![
             json!({"tool_call_id": "call_a", "delta": "stray"}),
-            json!({"tool_call_id": "call_a", "output": "cold", "is_error": false}),
+            json!({"tool_call_id": "call_a", "output": "cold"}),
         ]
     );
 }
@@ -286,7 +288,7 @@ fn a_result_for_an_id_already_orphaned_on_its_message_is_a_duplicate_result_dead
         dead_set(&store),
         vec![(
             "duplicate_result: a result for call call_x was already orphaned on this message (the first one stands)".to_string(),
-            json!({"tool_call_id": "call_x", "output": "second", "is_error": false})
+            json!({"tool_call_id": "call_x", "output": "second"})
         )]
     );
 }

@@ -59,6 +59,11 @@ pub struct PendingResult {
     /// The sequence number of that input (for the dead letter's id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<Seq>,
+    /// That input's body, when it held this result only (a producer's): the body of the dead
+    /// letter it becomes if the provider's own result displaces it, as if it had arrived
+    /// after that result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_body: Option<String>,
 }
 
 impl PendingResult {
@@ -75,6 +80,7 @@ impl PendingResult {
             source: ResultSource::Producer,
             origin: None,
             seq: None,
+            input_body: None,
         }
     }
 

@@ -25,7 +25,8 @@ pub(crate) struct Carrier<'a> {
     /// Producer-published or the provider's own.
     pub(crate) source: ResultSource,
     /// The input holds this one result and nothing else: if it does not stand, the input's
-    /// verdict is its dead letter.
+    /// verdict is its dead letter, with the input's own body (otherwise the dead letter's body
+    /// is the result alone, in toolstream's own result shape).
     pub(crate) only: bool,
 }
 
@@ -84,9 +85,8 @@ pub(crate) fn stream_results(
     Ok(())
 }
 
-/// A result in toolstream's own result shape: the body of its `duplicate_result` dead letter,
-/// the same bytes whichever order the inputs arrived in (the headers name the input it came
-/// in).
+/// A result in toolstream's own result shape: the body of its `duplicate_result` dead letter
+/// when it was not the whole input (the headers name the input it came in).
 fn result_body(r: &ResultInput) -> Vec<u8> {
     let value = match r {
         ResultInput::Complete(t) => json!({
@@ -109,7 +109,11 @@ fn result_body(r: &ResultInput) -> Vec<u8> {
 /// The `duplicate_result` dead letter of result `r` of `carrier`'s input.
 fn reject(txn: &mut Txn<'_>, carrier: Carrier<'_>, r: &ResultInput, why: DuplicateWhy) -> Applied {
     let reason = DeadLetterCode::DuplicateResult.with(why.detail(r.tool_call_id()));
-    dead_letter_part(txn, carrier.item, &result_body(r), &reason)
+    if carrier.only {
+        dead_letter(txn, carrier.item, &reason)
+    } else {
+        dead_letter_part(txn, carrier.item, &result_body(r), &reason)
+    }
 }
 
 /// Dead-letters the pending producer result of `id` that the provider's own result (arriving
@@ -123,16 +127,21 @@ fn displace(
     by: &Item<'_>,
 ) -> Result<(), StoreError> {
     let result = take_result(txn, conv, id, pending)?;
-    let mut body = json!({
-        "tool_call_id": result.tool_call_id,
-        "output": result.output,
-        "is_error": result.is_error,
-    });
-    if !pending.done {
-        // (its `done` never came: what the dead letter holds is the text streamed so far)
-        body["done"] = json!(false);
-    }
-    let body = body.to_string().into_bytes();
+    let body = match &pending.input_body {
+        Some(body) => body.clone().into_bytes(),
+        None => {
+            let mut body = json!({
+                "tool_call_id": result.tool_call_id,
+                "output": result.output,
+                "is_error": result.is_error,
+            });
+            if !pending.done {
+                // (its `done` never came: the dead letter holds the text streamed so far)
+                body["done"] = json!(false);
+            }
+            body.to_string().into_bytes()
+        }
+    };
     let item = Item {
         kind: InputKind::Result,
         conv,
@@ -252,6 +261,11 @@ pub(crate) fn handle_result(
         p.source = carrier.source;
         p.origin = carrier.item.origin.cloned();
         p.seq = Some(carrier.item.seq);
+        if carrier.only && carrier.source == ResultSource::Producer {
+            p.input_body = std::str::from_utf8(carrier.item.body)
+                .ok()
+                .map(str::to_string);
+        }
         p
     });
     if let Some((piece, delta)) = pending.absorb(input) {
@@ -367,13 +381,16 @@ pub(crate) fn orphan(txn: &mut Txn<'_>, conv: &str, id: &str) -> Result<(), Stor
     let result = take_result(txn, conv, id, &pending)?;
     let repeat = matching::orphan_is_repeat(txn.message_mut(conv, &message_id)?.as_deref(), id);
     if repeat {
-        let body = json!({
-            "tool_call_id": result.tool_call_id,
-            "output": result.output,
-            "is_error": result.is_error,
-        })
-        .to_string()
-        .into_bytes();
+        let body = match &pending.input_body {
+            Some(body) => body.clone().into_bytes(),
+            None => json!({
+                "tool_call_id": result.tool_call_id,
+                "output": result.output,
+                "is_error": result.is_error,
+            })
+            .to_string()
+            .into_bytes(),
+        };
         let item = Item {
             kind: InputKind::Result,
             conv,
