@@ -360,6 +360,31 @@ async fn inspect_locates_where_an_invalid_call_breaks_and_query_answers_from_the
     let mut s = E2e::start(toolstream_bin(), &[]).await;
     publish_sample(&s.producer).await;
     wait_sample(&s.js, || s.worker.log()).await;
+    // m3: its third chunk is not JSON: a decode_error dead letter, and its call ends
+    // abandoned (lost_chunk)
+    let lost = [
+        openai::role_chunk(),
+        openai::call_start(0, "call_lost", "lookup"),
+        b"{not json".to_vec(),
+        openai::args_chunk(0, "{}"),
+    ];
+    for (seq, body) in lost.iter().enumerate() {
+        s.producer
+            .chunk("c1", "m3", "openai-chat", seq as u64, body)
+            .await;
+    }
+    StreamLog::new(&s.js, "TOOLSTREAM_EVENTS")
+        .until(
+            WAIT,
+            "m3's message.completed",
+            |all| {
+                all.iter()
+                    .map(Read::json)
+                    .any(|e| e["message_id"] == "m3" && e["type"] == "message.completed")
+            },
+            || s.worker.log(),
+        )
+        .await;
     let url = s.server.url();
     let inspect = |extra: &[&str]| {
         let mut a = argv(&["inspect", "--nats-url", &url]);
@@ -400,6 +425,32 @@ async fn inspect_locates_where_an_invalid_call_breaks_and_query_answers_from_the
     };
     check_m2(&report);
 
+    // a dead letter says why a call was cut
+    let out = inspect(&["c1", "m3", "--json"]).await;
+    assert!(out.status.success(), "inspect m3: {}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = &report["messages"][0];
+    assert_eq!(
+        m["snapshot"]["calls"][0]["reason"], "lost_chunk",
+        "{report:#}"
+    );
+    // the chunk that is not JSON, and the one after it (its stream was closed)
+    let dead = m["dead_letters"].as_array().unwrap();
+    let reasons: Vec<&str> = dead
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap().split(':').next().unwrap())
+        .collect();
+    assert_eq!(reasons, ["decode_error", "stream_closed"], "{report:#}");
+    // the later chunk's fragment is shown, marked as not in the call
+    let fragment = &m["calls"][0]["fragments"][0];
+    assert_eq!(fragment["seq"], 3, "{report:#}");
+    assert_eq!(fragment["dead_lettered"], true, "{report:#}");
+    assert_eq!(fragment["stream_seq"], dead[1]["stream_seq"], "{report:#}");
+    assert!(
+        m["calls"][0]["json_break"].is_null(),
+        "only invalid calls: {report:#}"
+    );
+
     // for a person: every message of the conversation, no color codes when redirected
     let out = inspect(&["c1"]).await;
     assert!(out.status.success(), "inspect: {}", text(&out.stderr));
@@ -412,6 +463,8 @@ async fn inspect_locates_where_an_invalid_call_breaks_and_query_answers_from_the
         "result for call_a: sunny, 21C",
         "JSON breaks at offset 26 (line 1, column 27)",
         "in the fragment of chunk seq 3",
+        "message m3",
+        "dead letter stream #",
     ] {
         assert!(page.contains(want), "{want:?} missing:\n{page}");
     }

@@ -44,6 +44,9 @@ pub struct InspectArgs {
     /// Input stream name.
     #[arg(long, env = "TOOLSTREAM_INPUT_STREAM", default_value = "TOOLSTREAM_IN")]
     pub input_stream: String,
+    /// Dead-letter stream name.
+    #[arg(long, env = "TOOLSTREAM_DLQ_STREAM", default_value = "TOOLSTREAM_DLQ")]
+    pub dlq_stream: String,
     /// How long to wait for each answer of the query service.
     #[arg(long, default_value = "5s", value_parser = super::tail::parse_timeout)]
     pub timeout: Duration,
@@ -72,6 +75,17 @@ pub struct MessageReport {
     pub calls: Vec<CallReport>,
     /// Inputs of this message on the input stream.
     pub inputs: usize,
+    /// Its dead letters on the dead-letter stream: the inputs it did not assemble, and why.
+    pub dead_letters: Vec<DeadLetter>,
+}
+
+/// One dead letter of a message.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The input's stream sequence (`Toolstream-Stream-Seq`), when it had one.
+    pub stream_seq: Option<u64>,
+    /// `Toolstream-Reason`: `code: detail`.
+    pub reason: String,
 }
 
 /// What inspect adds to a stored call.
@@ -95,6 +109,10 @@ pub struct Fragment {
     pub stream_seq: u64,
     /// The argument text it added.
     pub text: String,
+    /// The chunk was dead-lettered (see the message's `dead_letters`): its text is not in the
+    /// call.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dead_lettered: bool,
 }
 
 /// Where argument text stops being JSON.
@@ -257,6 +275,7 @@ impl Traces {
                         seq,
                         stream_seq: input.stream_seq,
                         text,
+                        dead_lettered: false,
                     });
                 }
             }
@@ -312,7 +331,11 @@ fn trace_inputs(prefix: &str, inputs: &[RecordedInput]) -> BTreeMap<String, (usi
 }
 
 /// Joins the store's calls with the traces of their chunks: by wire id first, then in order.
-fn call_reports(snapshot: &MessageSnapshot, traces: Option<&Traces>) -> Vec<CallReport> {
+fn call_reports(
+    snapshot: &MessageSnapshot,
+    traces: Option<&Traces>,
+    dead: &[DeadLetter],
+) -> Vec<CallReport> {
     let mut taken = vec![false; traces.map_or(0, |t| t.calls.len())];
     let mut out = Vec::with_capacity(snapshot.calls.len());
     for (pos, call) in snapshot.calls.iter().enumerate() {
@@ -333,24 +356,54 @@ fn call_reports(snapshot: &MessageSnapshot, traces: Option<&Traces>) -> Vec<Call
             if let Some(i) = chosen {
                 taken[i] = true;
                 report.fragments = traces.calls[i].fragments.clone();
+                for f in &mut report.fragments {
+                    f.dead_lettered = dead.iter().any(|d| d.stream_seq == Some(f.stream_seq));
+                }
             }
         }
         let custom = matches!(call.tool_call.kind, chunk_model::CallKind::Custom);
-        if call.status != chunk_model::CallStatus::Completed && !custom {
+        if call.status == chunk_model::CallStatus::Invalid && !custom {
             report.json_break = json_break(&call.tool_call.raw_arguments).map(|mut b| {
+                // the applied fragments make the text: find the one holding the offset
                 let mut end = 0;
-                b.fragment = report.fragments.iter().position(|f| {
-                    end += f.text.len();
+                let applied: Vec<usize> = (0..report.fragments.len())
+                    .filter(|i| !report.fragments[*i].dead_lettered)
+                    .collect();
+                b.fragment = applied.iter().copied().find(|i| {
+                    end += report.fragments[*i].text.len();
                     end > b.offset
                 });
-                if b.fragment.is_none() && !report.fragments.is_empty() {
+                if b.fragment.is_none() {
                     // the text ended early: the last fragment is where it stops
-                    b.fragment = Some(report.fragments.len() - 1);
+                    b.fragment = applied.last().copied();
                 }
                 b
             });
         }
         out.push(report);
+    }
+    out
+}
+
+/// Dead letters per message id (the last subject token), in stream order.
+fn dead_letters(messages: &[async_nats::jetstream::Message]) -> BTreeMap<String, Vec<DeadLetter>> {
+    let mut out: BTreeMap<String, Vec<DeadLetter>> = BTreeMap::new();
+    for m in messages {
+        let Some(msg) = m.subject.rsplit('.').next() else {
+            continue;
+        };
+        let header = |name: &str| {
+            m.headers
+                .as_ref()
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_string())
+        };
+        out.entry(msg.to_string()).or_default().push(DeadLetter {
+            stream_seq: header(chunk_model::wire::headers::STREAM_SEQ)
+                .and_then(|s| s.trim().parse().ok()),
+            reason: header(chunk_model::wire::headers::REASON)
+                .unwrap_or_else(|| "(no reason header)".to_string()),
+        });
     }
     out
 }
@@ -410,12 +463,19 @@ pub fn main(args: InspectArgs) -> anyhow::Result<ExitCode> {
             |read, total| progress.show(read, total, "inputs"),
         )
         .await?;
-        anyhow::Ok((client, inputs))
+        // the dead letters say why an input was not assembled (a lost chunk ends its calls)
+        let filter = chunk_model::wire::Subjects::new(&prefix)
+            .dlq(&args.conversation, args.message.as_deref().unwrap_or("*"));
+        let dead = input_log::read_stream(&js, &args.dlq_stream, &filter, None, |_, _| {})
+            .await
+            .map(|messages| dead_letters(&messages))
+            .unwrap_or_default();
+        anyhow::Ok((client, inputs, dead))
     });
     progress.done();
-    let (client, inputs, unavailable) = match connected {
-        Ok((client, inputs)) => (Some(client), inputs, None),
-        Err(e) if offline.is_some() => (None, Vec::new(), Some(format!("{e:#}"))),
+    let (client, inputs, mut dead, unavailable) = match connected {
+        Ok((client, inputs, dead)) => (Some(client), inputs, dead, None),
+        Err(e) if offline.is_some() => (None, Vec::new(), BTreeMap::new(), Some(format!("{e:#}"))),
         Err(e) => return Err(e),
     };
     let traces = trace_inputs(&prefix, &inputs);
@@ -507,9 +567,11 @@ pub fn main(args: InspectArgs) -> anyhow::Result<ExitCode> {
             .into_iter()
             .map(|snapshot| {
                 let t = traces.get(&snapshot.message_id);
+                let dead_letters = dead.remove(&snapshot.message_id).unwrap_or_default();
                 MessageReport {
-                    calls: call_reports(&snapshot, t.map(|(_, t)| t)),
+                    calls: call_reports(&snapshot, t.map(|(_, t)| t), &dead_letters),
                     inputs: t.map_or(0, |(n, _)| *n),
+                    dead_letters,
                     snapshot,
                 }
             })
@@ -585,7 +647,15 @@ pub fn render(report: &Report, style: &Style) -> Vec<String> {
                                 f.seq.map_or("-".to_string(), |n| n.to_string())
                             ),
                             style.dim(&format!("stream #{}", f.stream_seq)),
-                            serde_json::to_string(&f.text).unwrap_or_default(),
+                            format!(
+                                "{}{}",
+                                serde_json::to_string(&f.text).unwrap_or_default(),
+                                if f.dead_lettered {
+                                    style.bad("  (dead letter: not in the call)")
+                                } else {
+                                    String::new()
+                                }
+                            ),
                         ]
                     })
                     .collect();
@@ -610,6 +680,15 @@ pub fn render(report: &Report, style: &Style) -> Vec<String> {
                     ));
                 }
             }
+        }
+        for d in &m.dead_letters {
+            out.push(format!(
+                "  {} {}: {}",
+                style.bad("dead letter"),
+                d.stream_seq
+                    .map_or("(no stream seq)".to_string(), |n| format!("stream #{n}")),
+                excerpt(&d.reason, 160)
+            ));
         }
         for res in &s.tool_results {
             out.push(format!(
