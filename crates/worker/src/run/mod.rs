@@ -172,9 +172,15 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         config.consumer.name, config.consumer.partition
     );
     let hook_health = Arc::clone(&health);
+    // provisioning waits for this instead of polling the connection state
+    let connected = Arc::new(tokio::sync::Notify::new());
+    let hook_connected = Arc::clone(&connected);
     let hook: crate::nats::connect::EventHook =
         Arc::new(move |event: &async_nats::Event| match event {
-            async_nats::Event::Connected => hook_health.set_nats_connected(true),
+            async_nats::Event::Connected => {
+                hook_health.set_nats_connected(true);
+                hook_connected.notify_one();
+            }
             async_nats::Event::Disconnected | async_nats::Event::Closed => {
                 hook_health.set_nats_connected(false)
             }
@@ -188,7 +194,8 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     tracing::info!(url = %config.nats_url, "NATS client started");
 
     let Some(consumers) =
-        ready::provision_until_ready(&client, &js, &config, &subjects, &mut shutdown).await?
+        ready::provision_until_ready(&client, &connected, &js, &config, &subjects, &mut shutdown)
+            .await?
     else {
         tracing::info!("shutdown before provisioning finished");
         return Ok(ExitCode::SUCCESS);
