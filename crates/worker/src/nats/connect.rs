@@ -12,15 +12,16 @@ use std::time::Duration;
 /// Longest pause between two reconnect attempts.
 pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 
-/// The reconnect delay after `attempts` failed attempts: 0 for the first, then 50 ms doubling,
-/// capped at [`MAX_RECONNECT_DELAY`].
-pub fn reconnect_delay(attempts: usize) -> Duration {
-    if attempts == 0 {
+/// The pause before connection attempt number `attempt` (async-nats counts from 1, also for
+/// the very first connect): none before the first, then 50 ms doubling, capped at
+/// [`MAX_RECONNECT_DELAY`]. (Counting from 0 made every start and every reconnect wait 50 ms
+/// before its first try: half of the worker's start to healthy.)
+pub fn reconnect_delay(attempt: usize) -> Duration {
+    if attempt <= 1 {
         return Duration::ZERO;
     }
-    let shift = u32::try_from(attempts.min(16)).unwrap_or(16);
-    let ms = 50u64.saturating_mul(1u64 << shift) / 2;
-    Duration::from_millis(ms).min(MAX_RECONNECT_DELAY)
+    let shift = u32::try_from((attempt - 2).min(16)).unwrap_or(16);
+    Duration::from_millis(50u64.saturating_mul(1u64 << shift)).min(MAX_RECONNECT_DELAY)
 }
 
 /// Called with every connection event (after it is logged), e.g. to keep `/healthz` current.
@@ -236,8 +237,10 @@ mod tests {
     #[test]
     fn reconnect_backoff_starts_immediately_grows_and_is_capped() {
         assert_eq!(reconnect_delay(0), Duration::ZERO);
-        assert_eq!(reconnect_delay(1), Duration::from_millis(50));
-        assert_eq!(reconnect_delay(2), Duration::from_millis(100));
+        // async-nats asks with 1 for the first attempt of a connect or reconnect
+        assert_eq!(reconnect_delay(1), Duration::ZERO);
+        assert_eq!(reconnect_delay(2), Duration::from_millis(50));
+        assert_eq!(reconnect_delay(3), Duration::from_millis(100));
         assert!(reconnect_delay(5) > reconnect_delay(4));
         assert_eq!(reconnect_delay(1000), MAX_RECONNECT_DELAY);
     }
