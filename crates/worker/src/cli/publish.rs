@@ -32,8 +32,9 @@
 //! an error naming the message, unless `--retry` says the run resends on purpose; then it is
 //! reported as "already stored". The server sees a repeated id only within the input stream's
 //! duplicate window (JetStream's default, 2 minutes); later, a repeated chunk is stored again
-//! and the worker drops it by its `Toolstream-Seq`, and a repeated whole result is stored again
-//! and changes nothing (a call keeps its first result).
+//! and the worker drops it by its `Toolstream-Seq` when the bytes are the same; a whole result
+//! for a call that already has one is a `duplicate_result` dead letter (a call keeps one
+//! result; README, "Dead letters").
 //!
 //! Used by the quickstart, the tests and for manual debugging.
 
