@@ -83,10 +83,11 @@ async fn metrics_counters_move_with_real_traffic() {
         Some(batches),
         "one apply observation per batch"
     );
-    assert_eq!(
-        sample(&after, "toolstream_batch_flush_seconds_count"),
-        Some(batches),
-        "one flush (group commit) per batch"
+    // group commit (consume/batch.rs): a flush covers every batch applied before it began
+    let flushes = sample(&after, "toolstream_batch_flush_seconds_count").expect("flushes");
+    assert!(
+        (1.0..=batches).contains(&flushes),
+        "between one flush and one per batch: {flushes} flushes, {batches} batches"
     );
     assert_eq!(
         sample(&after, "toolstream_batch_apply_seconds_bucket{le=\"+Inf\"}"),

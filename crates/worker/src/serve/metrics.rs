@@ -77,7 +77,8 @@ pub struct Metrics {
     pub store_errors: AtomicU64,
     /// Time to apply one fetched batch (decode + transactions).
     pub batch_apply: Histogram,
-    /// Time of the one sled flush per batch (group commit).
+    /// Time of one store flush (group commit: it makes every batch applied before it began
+    /// durable, so there are at most as many flushes as batches).
     pub batch_flush: Histogram,
 }
 
@@ -170,7 +171,7 @@ impl Metrics {
         self.batch_flush.render_into(
             &mut out,
             "toolstream_batch_flush_seconds",
-            "Time of the one sled flush per batch (group commit).",
+            "Time of one store flush (group commit: it covers every batch applied before it began).",
         );
         out
     }
