@@ -346,3 +346,115 @@ fn recorded_anthropic_server_and_mcp_tool_streams_assemble_with_their_results() 
             if r.tool_call_id == calls[0].tool_call.id && r.output == "Tokio 1.47.1 is the latest release."
     ));
 }
+
+#[test]
+fn recorded_bedrock_server_tool_stream_assembles_with_its_streamed_tool_result_block() {
+    let (calls, results) = replay_as(Provider::Bedrock, "bedrock/server_tool_result.ndjson");
+    let kinds: Vec<CallKind> = calls.iter().map(|c| c.tool_call.kind).collect();
+    assert_eq!(kinds, vec![CallKind::ServerTool, CallKind::Function]);
+    assert!(calls.iter().all(|c| c.status == CallStatus::Completed));
+    assert_eq!(
+        calls[1].tool_call.index, 1,
+        "result and text blocks are not calls"
+    );
+    assert!(matches!(
+        &results[..],
+        [chunk_model::ResultInput::Complete(r)]
+            if r.tool_call_id == calls[0].tool_call.id
+                && !r.is_error
+                && r.output.ends_with("]} Latest: tokio-1.47.1")
+    ));
+}
+
+fn result_piece(index: u32, id: Option<&str>, text: Option<&str>) -> ChunkEvent {
+    ChunkEvent::ResultBlock(chunk_model::ResultBlockPiece {
+        index,
+        tool_call_id: id.map(str::to_string),
+        is_error: false,
+        text: text.map(str::to_string),
+    })
+}
+
+fn at(index: u32) -> CallRef {
+    CallRef {
+        index: Some(index),
+        ..CallRef::default()
+    }
+}
+
+/// Steps `events` on a new Bedrock message: the results handed on.
+fn results_of(events: Vec<ChunkEvent>, limits: &Limits) -> Vec<chunk_model::ResultInput> {
+    let mut m = Msg::with_provider(Provider::Bedrock);
+    let mut results = Vec::new();
+    for ev in events {
+        let mut out = StepOutput::default();
+        core::step(&mut m.state, ev, limits, &mut out);
+        results.extend(out.results);
+    }
+    results
+}
+
+#[test]
+fn a_result_block_gives_its_result_only_at_its_end_and_never_a_shortened_one() {
+    // no end of the block before the message ends: no result (never a partial one)
+    let unended = results_of(
+        vec![
+            result_piece(1, Some("t1"), None),
+            result_piece(1, None, Some("half")),
+            finish(Finish::Complete, "end_turn"),
+            end(at(1), None, None),
+        ],
+        &Limits::default(),
+    );
+    assert!(unended.is_empty(), "{unended:?}");
+    // a piece at an index with no start has no call to go to
+    let unstarted = results_of(
+        vec![result_piece(2, None, Some("x")), end(at(2), None, None)],
+        &Limits::default(),
+    );
+    assert!(unstarted.is_empty(), "{unstarted:?}");
+    // past the argument limit: an error result that says so, not the first bytes
+    let limits = Limits {
+        max_argument_bytes: 8,
+        ..Limits::default()
+    };
+    let big = results_of(
+        vec![
+            result_piece(1, Some("t1"), None),
+            result_piece(1, None, Some("12345")),
+            result_piece(1, None, Some("67890")),
+            result_piece(1, None, Some("ab")),
+            end(at(1), None, None),
+        ],
+        &limits,
+    );
+    assert!(matches!(
+        &big[..],
+        [chunk_model::ResultInput::Complete(r)]
+            if r.tool_call_id == "t1" && r.is_error && r.output.contains("exceeded 8 bytes")
+    ));
+}
+
+#[test]
+fn a_result_block_survives_the_stored_form_of_a_message() {
+    let mut m = Msg::with_provider(Provider::Bedrock);
+    let mut out = StepOutput::default();
+    core::step(
+        &mut m.state,
+        result_piece(1, Some("t1"), Some("part one, ")),
+        &Limits::default(),
+        &mut out,
+    );
+    let stored = serde_json::to_vec(&m.state).unwrap();
+    let mut back: MessageState = serde_json::from_slice(&stored).unwrap();
+    for ev in [
+        result_piece(1, None, Some("part two")),
+        end(at(1), None, None),
+    ] {
+        core::step(&mut back, ev, &Limits::default(), &mut out);
+    }
+    assert!(matches!(
+        &out.results[..],
+        [chunk_model::ResultInput::Complete(r)] if r.output == "part one, part two"
+    ));
+}

@@ -178,6 +178,31 @@ pub enum ChunkEvent {
     ToolResult(ResultInput),
     /// A piece of a reasoning block to keep as the message's provider metadata (not a call).
     Reasoning(ReasoningPiece),
+    /// A piece of a tool result the provider streams in its own content block (Bedrock
+    /// `toolResult` blocks of a server tool): the block's start names the call, later pieces
+    /// at its index add output, and the block's end (a [`CallEnd`] at that index) makes it
+    /// one whole [`ChunkEvent::ToolResult`].
+    ResultBlock(ResultBlockPiece),
+}
+
+/// A piece of a tool result streamed as a content block (see [`ChunkEvent::ResultBlock`]).
+/// Not a call: the assembler collects the block at its index and, at the block's end, takes
+/// it as the provider's own result for the call it names. A block that never ends (the
+/// message ended first) gives no result.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultBlockPiece {
+    /// The provider's content block index of the result block.
+    pub index: u32,
+    /// The call it answers (the provider's call id), stated by the block's start; a piece
+    /// without one adds to the block already started at `index`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// The provider said the tool failed (Bedrock `status: "error"`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+    /// Output text to append (JSON output as its compact JSON text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 impl ChunkEvent {

@@ -26,13 +26,14 @@ pub use truncate::TRUNCATION_MARKER;
 
 use crate::decode::openai_chat::is_other_choice;
 use crate::encode::{
-    encode_calls, encode_results, encode_text, insert_reasoning, merge_roles_tagged,
+    encode_calls, encode_results, encode_text, insert_reasoning, merge_roles_tagged, model_family,
     renders_signature, EncCall, EncResult, HistoryFormat, IdMap, IdRule, META_EXTRA_CONTENT,
-    META_THOUGHT_SIGNATURE,
+    META_SIGNATURE_MODEL, META_THOUGHT_SIGNATURE,
 };
 use crate::snapshot::MessageSnapshot;
 use serde::Serialize;
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// A rendered history and what the policy did to produce it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -52,8 +53,10 @@ pub struct RenderedHistory {
     pub placeholders: usize,
     /// Results rendered as `[Tool Result - Previous Context]` text.
     pub orphans: usize,
-    /// Gemini thought signatures of kept calls that the target does not carry (any target but
-    /// `gemini`, and `openai-chat` for signatures from Gemini's native API); see `notes`.
+    /// Gemini thought signatures of kept calls that are not sent: the target does not carry
+    /// them (any target but `gemini`, and `openai-chat` for signatures from Gemini's native
+    /// API), or the caller's `model` is of another family than the model that made them
+    /// ([`HistoryOptions::model`]); see `notes`.
     pub dropped_signatures: usize,
     /// Reasoning blocks (Anthropic `thinking` / `redacted_thinking`, Bedrock
     /// `reasoningContent`) of kept turns that are not sent: any target but `anthropic` and
@@ -123,6 +126,8 @@ pub fn render(
     // (turn, the cut call whose signature the first sent call carries, and that call; only
     // where the target renders it)
     let mut moved: Vec<(usize, &str, &str)> = Vec::new();
+    // (turn of each signature the format carries but another model family made)
+    let mut foreign: Vec<usize> = Vec::new();
     for block in &plan.blocks {
         let turn = block.turn();
         let messages = match block {
@@ -138,22 +143,43 @@ pub fn render(
                 let carried: Option<serde_json::Map<String, Value>> =
                     signature_from.zip(calls.first()).map(|(from, first)| {
                         let mut meta = first.provider_metadata.clone();
-                        for key in [META_THOUGHT_SIGNATURE, META_EXTRA_CONTENT] {
+                        for key in [
+                            META_THOUGHT_SIGNATURE,
+                            META_EXTRA_CONTENT,
+                            META_SIGNATURE_MODEL,
+                        ] {
                             if let Some(v) = from.provider_metadata.get(key) {
                                 meta.insert(key.to_string(), v.clone());
                             }
                         }
-                        if renders_signature(target, &meta) == Some(true) {
+                        if renders_signature(target, &meta) == Some(true)
+                            && !signed_by_other_family(&meta, options.model.as_deref())
+                        {
                             moved.push((turn, from.id.as_str(), first.id.as_str()));
                         }
                         meta
                     });
-                let metadata: Vec<&serde_json::Map<String, Value>> = calls
+                let metadata: Vec<Cow<'_, serde_json::Map<String, Value>>> = calls
                     .iter()
                     .enumerate()
                     .map(|(k, c)| match (&carried, k) {
-                        (Some(meta), 0) => meta,
-                        _ => &c.provider_metadata,
+                        (Some(meta), 0) => Cow::Borrowed(meta),
+                        _ => Cow::Borrowed(&c.provider_metadata),
+                    })
+                    .map(|meta| {
+                        // a signature the format carries, made by another model family than
+                        // the one the caller says the history is for: not sent
+                        if renders_signature(target, &meta) == Some(true)
+                            && signed_by_other_family(&meta, options.model.as_deref())
+                        {
+                            let mut meta = meta.into_owned();
+                            meta.remove(META_THOUGHT_SIGNATURE);
+                            meta.remove(META_EXTRA_CONTENT);
+                            foreign.push(turn);
+                            Cow::Owned(meta)
+                        } else {
+                            meta
+                        }
                     })
                     .collect();
                 let n = metadata
@@ -168,7 +194,7 @@ pub fn render(
                         id: ids.get(turn, &c.id).to_string(),
                         name: &c.name,
                         arguments: &c.arguments,
-                        metadata: meta,
+                        metadata: meta.as_ref(),
                         send_item_id: options.send_item_ids,
                     })
                     .collect();
@@ -206,11 +232,16 @@ pub fn render(
     let kept = window::last(merged, options.window);
     // The window is a suffix widened to a turn boundary: every turn from the first kept is kept.
     let first_kept = kept.first().map(|(turns, _)| *turns.start());
+    let foreign_signatures = foreign
+        .iter()
+        .filter(|turn| first_kept.is_some_and(|f| **turn >= f))
+        .count();
     let dropped_signatures: usize = dropped
         .iter()
         .filter(|(turn, _)| first_kept.is_some_and(|f| *turn >= f))
         .map(|(_, n)| n)
-        .sum();
+        .sum::<usize>()
+        + foreign_signatures;
     let mut notes = Vec::new();
     if alternatives > 0 {
         notes.push(format!(
@@ -218,7 +249,16 @@ pub fn render(
              n > 1) left out: the history follows choice 0 of each message"
         ));
     }
-    if dropped_signatures > 0 {
+    if let (true, Some(model)) = (foreign_signatures > 0, options.model.as_deref()) {
+        notes.push(format!(
+            "{foreign_signatures} Gemini thought signature(s) dropped: made by a model of \
+             another family than {model} ({}), which would reject them; its function calls \
+             go without",
+            model_family(model)
+        ));
+    }
+    if dropped_signatures > foreign_signatures {
+        let dropped_signatures = dropped_signatures - foreign_signatures;
         notes.push(format!(
             "{dropped_signatures} Gemini thought signature(s) dropped: the {target} format \
              does not carry them (only gemini does, and openai-chat for signatures from \
@@ -269,6 +309,21 @@ pub fn render(
         notes,
         tool_config,
     })
+}
+
+/// Whether a signed call's signature was made by a model of another family than `target_model`
+/// (unknown on either side: no).
+fn signed_by_other_family(
+    metadata: &serde_json::Map<String, Value>,
+    target_model: Option<&str>,
+) -> bool {
+    let made_by = metadata.get(META_SIGNATURE_MODEL).and_then(Value::as_str);
+    match (made_by, target_model) {
+        (Some(made_by), Some(target)) if !target.trim().is_empty() => {
+            model_family(made_by) != model_family(target)
+        }
+        _ => false,
+    }
 }
 
 /// The role of a rendered message (`assistant` for Gemini's `model`); Responses items without

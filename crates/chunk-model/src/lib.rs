@@ -48,6 +48,7 @@ pub use call::{
 };
 pub use chunk::{
     CallEnd, CallFragment, CallRef, ChunkEvent, Finish, PathValue, ReasoningKind, ReasoningPiece,
+    ResultBlockPiece,
 };
 pub use decode::{decode, decode_result, detect_provider};
 pub use error::DecodeError;

@@ -7,7 +7,10 @@
 
 mod support;
 
-use chunk_model::{ChunkEvent, DecodeError, Finish, Provider, ReasoningKind, ReasoningPiece};
+use chunk_model::{
+    CallKind, ChunkEvent, DecodeError, Finish, Provider, ReasoningKind, ReasoningPiece,
+    ResultBlockPiece,
+};
 use proptest::prelude::*;
 use support::*;
 
@@ -31,6 +34,109 @@ fn single_call_recording_decodes_to_start_string_fragments_and_end() {
             end(idx(1), None, None),
             msg_end(Finish::Complete, "tool_use"),
         ]
+    );
+}
+
+/// Bedrock system tools (toolUse `type: server_tool_use`, e.g. Nova's `nova_grounding`) and
+/// their `toolResult` blocks, streamed as a start, `toolResult` delta pieces and a stop.
+#[test]
+fn server_tool_use_is_a_server_tool_call_and_its_tool_result_block_streams_its_result() {
+    let events = decode_recording(P, "bedrock/server_tool_result.ndjson");
+    let id = "tooluse_Wq3b8LxTQyS1v9NcGr2aZw";
+    let result_piece = |tool_call_id: Option<&str>, text: Option<&str>| {
+        ChunkEvent::ResultBlock(ResultBlockPiece {
+            index: 1,
+            tool_call_id: tool_call_id.map(str::to_string),
+            is_error: false,
+            text: text.map(str::to_string),
+        })
+    };
+    let mut server_start = frag(idx_id(0, id), Some("nova_grounding"), None);
+    if let ChunkEvent::CallFragment(f) = &mut server_start {
+        f.kind = Some(CallKind::ServerTool);
+    }
+    assert_eq!(
+        events,
+        vec![
+            server_start,
+            frag(idx(0), None, Some(r#"{"query": "tokio latest"#)),
+            frag(idx(0), None, Some(r#" release"}"#)),
+            end(idx(0), None, None),
+            result_piece(Some(id), None),
+            result_piece(
+                None,
+                Some(
+                    r#"{"results":[{"title":"Releases · tokio-rs/tokio","url":"https://github.com/tokio-rs/tokio/releases"}]}"#
+                )
+            ),
+            result_piece(None, Some(" Latest: tokio-1.47.1")),
+            end(idx(1), None, None),
+            // the text block and its citation delta: only the stop
+            end(idx(2), None, None),
+            frag(
+                idx_id(3, "tooluse_c0Jx7nYvQ2u8bLmE4kPd1A"),
+                Some("add_dependency"),
+                None
+            ),
+            frag(idx(3), None, Some(r#"{"crate": "tokio", "#)),
+            frag(idx(3), None, Some(r#""version": "1.47.1"}"#)),
+            end(idx(3), None, None),
+            msg_end(Finish::Complete, "tool_use"),
+        ]
+    );
+}
+
+#[test]
+fn a_tool_result_block_with_status_error_is_an_error_and_one_without_an_id_is_skipped() {
+    let start = r#"{"contentBlockStart":{"contentBlockIndex":4,"start":{"toolResult":{"toolUseId":"tooluse_x","type":"nova_grounding","status":"error"}}}}"#;
+    assert_eq!(
+        decode_ok(P, start),
+        vec![ChunkEvent::ResultBlock(ResultBlockPiece {
+            index: 4,
+            tool_call_id: Some("tooluse_x".to_string()),
+            is_error: true,
+            text: None,
+        })]
+    );
+    for skipped in [
+        r#"{"contentBlockStart":{"contentBlockIndex":4,"start":{"toolResult":{"status":"success"}}}}"#,
+        r#"{"contentBlockStart":{"contentBlockIndex":4,"start":{"toolResult":{"toolUseId":7}}}}"#,
+        r#"{"contentBlockStart":{"contentBlockIndex":"x","start":{"toolResult":{"toolUseId":"tooluse_x"}}}}"#,
+        r#"{"contentBlockStart":{"contentBlockIndex":4,"start":{"toolResult":"odd"}}}"#,
+        r#"{"contentBlockDelta":{"contentBlockIndex":4,"delta":{"toolResult":[{"image":{}}]}}}"#,
+        r#"{"contentBlockDelta":{"contentBlockIndex":4,"delta":{"toolResult":"odd"}}}"#,
+        r#"{"contentBlockStart":{"contentBlockIndex":5,"start":{"image":{"format":"png"}}}}"#,
+        r#"{"contentBlockDelta":{"contentBlockIndex":5,"delta":{"image":{"source":{"bytes":"iVBO"}}}}}"#,
+        r#"{"contentBlockDelta":{"contentBlockIndex":2,"delta":{"citation":{"title":"t","location":{"web":{"url":"https://example.com"}}}}}}"#,
+    ] {
+        assert_eq!(decode_ok(P, skipped), vec![], "{skipped}");
+    }
+}
+
+#[test]
+fn a_tool_use_type_other_than_server_tool_use_is_a_client_tool() {
+    for ty in [r#""custom""#, "7", "null", "{}"] {
+        let chunk = format!(
+            r#"{{"contentBlockStart":{{"contentBlockIndex":0,"start":{{"toolUse":{{"toolUseId":"tooluse_a","name":"f","type":{ty}}}}}}}}}"#
+        );
+        assert_eq!(
+            decode_ok(P, &chunk),
+            vec![frag(idx_id(0, "tooluse_a"), Some("f"), None)],
+            "{chunk}"
+        );
+    }
+}
+
+#[test]
+fn malformed_tool_use_and_malformed_model_output_end_the_message_as_an_error() {
+    for reason in ["malformed_tool_use", "malformed_model_output"] {
+        let chunk = format!(r#"{{"messageStop":{{"stopReason":"{reason}"}}}}"#);
+        assert_eq!(decode_ok(P, &chunk), vec![msg_end(Finish::Error, reason)]);
+    }
+    let events = decode_recording(P, "bedrock/malformed_tool_use.ndjson");
+    assert_eq!(
+        events.last(),
+        Some(&msg_end(Finish::Error, "malformed_tool_use"))
     );
 }
 

@@ -40,7 +40,7 @@ fn whole_call_in_one_part_is_an_end_with_compact_args_and_signature() {
                 wire(None),
                 Some("get_weather"),
                 Some(r#"{"location":"Boston, MA","unit":"celsius"}"#),
-                signature(SIG1)
+                signed_by(SIG1, "gemini-2.5-flash")
             ),
             msg_end(Finish::Complete, "STOP"),
         ]
@@ -71,7 +71,7 @@ fn several_calls_in_one_chunk_are_several_ends_in_order() {
                 wire(None),
                 Some("get_weather"),
                 Some(r#"{"location":"Boston, MA"}"#),
-                signature(SIG2)
+                signed_by(SIG2, "gemini-2.5-pro")
             ),
             end(
                 wire(None),
@@ -132,7 +132,12 @@ fn text_and_thought_parts_and_usage_only_chunks_decode_to_nothing() {
 fn vertex_partial_args_stream_into_fragments_closed_by_empty_function_call() {
     let events = decode_recording(P, "gemini/vertex_partial_args.sse");
     let expected = vec![
-        pieces(wire(None), Some("set_light"), vec![], signature(SIG1)),
+        pieces(
+            wire(None),
+            Some("set_light"),
+            vec![],
+            signed_by(SIG1, "gemini-3-pro-preview"),
+        ),
         pieces(
             wire(None),
             None,
@@ -451,7 +456,6 @@ fn unneeded_fields_of_the_wrong_type_never_fail_a_chunk() {
             "/usageMetadata",
             "/usageMetadata/promptTokenCount",
             "/usageMetadata/candidatesTokensDetails",
-            "/modelVersion",
             "/responseId",
             "/createTime",
             "/modelStatus",
@@ -478,9 +482,45 @@ fn unneeded_fields_of_the_wrong_type_never_fail_a_chunk() {
                 wire(Some("fc_1")),
                 Some("f"),
                 Some(r#"{"a":1}"#),
-                signature("sig")
+                signed_by("sig", "gemini-2.5-flash")
             ),
             msg_end(Finish::Complete, "STOP"),
+        ]
+    );
+    // the model is only wanted: one that is not a string is left out, never an error
+    for odd in ["null", "7", "{}", "[]", "\"\"", "true"] {
+        let c = c.replace(
+            r#""modelVersion":"gemini-2.5-flash""#,
+            &format!(r#""modelVersion":{odd}"#),
+        );
+        assert_eq!(
+            decode_ok(P, &c)[0],
+            end_meta(
+                wire(Some("fc_1")),
+                Some("f"),
+                Some(r#"{"a":1}"#),
+                signature("sig")
+            ),
+            "{c}"
+        );
+    }
+}
+
+/// A signed call keeps the model that made it (`modelVersion`), for history to send the
+/// signature back only to that model family; an unsigned call keeps no model.
+#[test]
+fn a_signed_call_keeps_its_model_version_and_an_unsigned_one_none() {
+    let c = r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"a","args":{}},"thoughtSignature":"s1"},{"functionCall":{"name":"b","args":{}}}],"role":"model"},"index":0}],"modelVersion":"gemini-3-pro-preview"}"#;
+    assert_eq!(
+        decode_ok(P, c),
+        vec![
+            end_meta(
+                wire(None),
+                Some("a"),
+                Some("{}"),
+                signed_by("s1", "gemini-3-pro-preview")
+            ),
+            end_meta(wire(None), Some("b"), Some("{}"), Default::default()),
         ]
     );
 }

@@ -292,3 +292,27 @@ proptest! {
         prop_assert!(matches!(events.as_deref(), Ok([ChunkEvent::MessageEnd { .. } | ChunkEvent::StreamEnd])), "{:?}", events);
     }
 }
+
+/// Ollama with a thinking model and `logprobs` requested (top-level `logprobs` on every line:
+/// token arrays with `top_logprobs`, an empty array, `null` on the last), calls in separate
+/// lines each with its `id` and `function.index`.
+#[test]
+fn thinking_and_logprobs_lines_add_nothing_and_calls_across_lines_keep_their_index_and_id() {
+    let events = decode_recording(P, "ollama/thinking_logprobs_calls_across_chunks.ndjson");
+    assert_eq!(
+        events,
+        vec![
+            end(
+                at(Some(0), Some("call_7k2m9xqe"), None),
+                Some("read_file"),
+                Some(r#"{"path":"Cargo.toml"}"#)
+            ),
+            end(
+                at(Some(1), Some("call_q1w8v3zc"), None),
+                Some("read_file"),
+                Some(r#"{"path":"src/main.rs","range":{"start":1,"end":40}}"#)
+            ),
+            msg_end(Finish::Complete, "stop"),
+        ]
+    );
+}

@@ -386,3 +386,94 @@ fn the_signature_of_a_cut_first_call_goes_to_the_first_call_sent_in_its_turn() {
     assert_eq!(h.messages[0]["parts"][1]["thoughtSignature"], "own");
     assert!(signature_notes(&h.notes).is_empty(), "{:?}", h.notes);
 }
+
+/// The bug this pins: a signature went back to whatever model the history was sent to; a
+/// signature is made by one model family for itself. The model that made a signed call is
+/// kept from the stream (`modelVersion`, the compat chunk's `model`), and when the caller
+/// says which model the history is for, a signature of another family is dropped with a note.
+#[test]
+fn a_signature_goes_back_only_to_the_model_family_that_made_it() {
+    // from the stream: the compat chunk's model is kept beside the signature
+    let events = decode(Provider::OpenaiChat, compat_chunk().as_bytes()).unwrap();
+    let signed_meta = events
+        .iter()
+        .find_map(|e| match e {
+            ChunkEvent::CallFragment(f) if !f.metadata.is_empty() => Some(f.metadata.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        signed_meta.get("model"),
+        Some(&json!("gemini-3-pro-preview"))
+    );
+    for (target, key, value) in [
+        (HistoryFormat::Gemini, "thoughtSignature", json!(SIG)),
+        (
+            HistoryFormat::OpenaiChat,
+            "extra_content",
+            json!({"google": {"thought_signature": SIG}}),
+        ),
+    ] {
+        let mut snaps = parallel_signed(key, value);
+        snaps[0].calls[0]
+            .tool_call
+            .provider_metadata
+            .insert("model".into(), json!("gemini-3-pro-preview"));
+        let with = |model: Option<&str>| HistoryOptions {
+            model: model.map(str::to_string),
+            ..HistoryOptions::default()
+        };
+        // same family (another tier, a models/ path): sent, no note
+        for model in [
+            None,
+            Some("gemini-3-flash"),
+            Some("models/gemini-3-pro-preview"),
+        ] {
+            let h = render(&snaps, target, &with(model)).unwrap();
+            let text = serde_json::to_string(&h.messages).unwrap();
+            assert!(text.contains(SIG), "{target} {model:?}: {text}");
+            assert_eq!(h.dropped_signatures, 0, "{target} {model:?}");
+            assert!(signature_notes(&h.notes).is_empty(), "{:?}", h.notes);
+        }
+        // another family: dropped, counted, said
+        for model in ["gemini-2.5-pro", "gpt-4.1"] {
+            let h = render(&snaps, target, &with(Some(model))).unwrap();
+            let text = serde_json::to_string(&h.messages).unwrap();
+            assert!(!text.contains(SIG), "{target} {model}: {text}");
+            assert!(text.contains("get_weather"), "the calls are still sent");
+            assert_eq!(h.dropped_signatures, 1, "{target} {model}");
+            let notes = signature_notes(&h.notes);
+            assert_eq!(notes.len(), 1, "{notes:?}");
+            assert!(
+                notes[0].contains(model) && notes[0].contains("another family"),
+                "{notes:?}"
+            );
+        }
+    }
+    // a signature whose model was never stored (stored before it was kept) is sent as before
+    let snaps = parallel_signed("thoughtSignature", json!(SIG));
+    let options = HistoryOptions {
+        model: Some("gemini-2.5-pro".to_string()),
+        ..HistoryOptions::default()
+    };
+    let h = render(&snaps, HistoryFormat::Gemini, &options).unwrap();
+    assert_eq!(h.messages[0]["parts"][0]["thoughtSignature"], SIG);
+}
+
+#[test]
+fn a_model_family_is_its_name_up_to_its_version() {
+    use chunk_model::encode::model_family;
+    for (model, family) in [
+        ("gemini-3-pro-preview", "gemini-3"),
+        ("models/gemini-3-flash", "gemini-3"),
+        (
+            "publishers/google/models/gemini-2.5-flash-lite",
+            "gemini-2.5",
+        ),
+        ("Gemini-2.5-Pro", "gemini-2.5"),
+        ("gpt-4.1", "gpt-4.1"),
+        ("gemini-pro-latest", "gemini-pro-latest"),
+    ] {
+        assert_eq!(model_family(model), family, "{model}");
+    }
+}

@@ -12,7 +12,7 @@
 //!   - the provider's own result, carried in the call's stream ([`ResultSource::Stream`]),
 //!     stands over any producer-published one. So a producer result for a call whose message
 //!     may still carry one ([`awaits_stream`]: the message is open and its provider's streams
-//!     carry results: Anthropic, OpenAI Responses, AI SDK) waits until that message ends
+//!     carry results: Anthropic, OpenAI Responses, AI SDK, Bedrock) waits until that message ends
 //!     ([`releases`]); if the provider's result arrives meanwhile it takes the call and the
 //!     waiting one is dead-lettered ([`Intake::Displace`]);
 //!   - otherwise the first result taken stands: every later one for the same id (a second
@@ -166,11 +166,12 @@ pub fn on_intake(
 }
 
 /// Whether `provider`'s call streams carry tool results of their own (Anthropic server and
-/// MCP tool result blocks, Responses `mcp_call` output, AI SDK `tool-result` parts).
+/// MCP tool result blocks, Responses `mcp_call` output, AI SDK `tool-result` parts, Bedrock
+/// server tools' `toolResult` blocks).
 pub fn streams_results(provider: Option<Provider>) -> bool {
     matches!(
         provider,
-        Some(Provider::Anthropic | Provider::OpenaiResponses | Provider::AiSdk)
+        Some(Provider::Anthropic | Provider::OpenaiResponses | Provider::AiSdk | Provider::Bedrock)
     )
 }
 

@@ -246,6 +246,29 @@ pub struct MessageState {
     /// Its reasoning blocks, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasoning: Vec<ReasoningState>,
+    /// Tool result blocks the provider is streaming (Bedrock server tool results), until
+    /// their block ends and they become results.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub result_blocks: Vec<ResultBlockState>,
+}
+
+/// A tool result block being streamed by the provider (see
+/// [`chunk_model::ChunkEvent::ResultBlock`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultBlockState {
+    /// The provider's content block index.
+    pub index: u32,
+    /// The call it answers.
+    pub tool_call_id: String,
+    /// The provider said the tool failed.
+    #[serde(default)]
+    pub is_error: bool,
+    /// The output so far.
+    #[serde(default)]
+    pub output: String,
+    /// The output grew past the argument limit: the result says so instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub over_limit: bool,
 }
 
 impl MessageState {
@@ -262,6 +285,7 @@ impl MessageState {
             tool_results: Vec::new(),
             orphaned_results: Vec::new(),
             reasoning: Vec::new(),
+            result_blocks: Vec::new(),
         }
     }
 

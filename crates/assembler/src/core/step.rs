@@ -15,13 +15,16 @@
 
 use super::end::{emit_started, end_call, end_message, EndHow};
 use super::output::{ArgOp, StepOutput};
-use super::state::{CallState, Limits, MessageState, ReasoningState, REASONING_PIECES};
+use super::state::{
+    CallState, Limits, MessageState, ReasoningState, ResultBlockState, REASONING_PIECES,
+};
 use crate::input::Control;
 use chunk_model::depth::{value_depth, MAX_ARGUMENT_DEPTH};
 use chunk_model::wire::reason::finish;
 use chunk_model::wire::Reason;
 use chunk_model::{
     CallEnd, CallFragment, CallKind, CallRef, ChunkEvent, Finish, ReasoningKind, ReasoningPiece,
+    ResultBlockPiece, ResultInput, ToolResult,
 };
 use serde_json::{Map, Value};
 
@@ -140,6 +143,20 @@ fn learn(
 pub fn step(msg: &mut MessageState, ev: ChunkEvent, limits: &Limits, out: &mut StepOutput) {
     match ev {
         ChunkEvent::CallFragment(f) => fragment(msg, f, limits, out),
+        ChunkEvent::CallEnd(e) if ends_result_block(msg, &e) => {
+            if let Some(pos) = msg
+                .result_blocks
+                .iter()
+                .position(|b| Some(b.index) == e.at.index)
+            {
+                let block = msg.result_blocks.remove(pos);
+                out.results.push(ResultInput::Complete(ToolResult {
+                    tool_call_id: block.tool_call_id,
+                    output: block.output,
+                    is_error: block.is_error,
+                }));
+            }
+        }
         ChunkEvent::CallEnd(e) => call_end(msg, e, limits, out),
         ChunkEvent::MessageEnd { finish, reason } => {
             let how = end_how(finish);
@@ -159,6 +176,73 @@ pub fn step(msg: &mut MessageState, ev: ChunkEvent, limits: &Limits, out: &mut S
         ),
         ChunkEvent::ToolResult(r) => out.results.push(r),
         ChunkEvent::Reasoning(r) => reasoning(msg, r, limits, out),
+        ChunkEvent::ResultBlock(r) => result_block(msg, r, limits),
+    }
+}
+
+/// Whether `e` is the bare end of a result block being streamed (no call has its index).
+fn ends_result_block(msg: &MessageState, e: &CallEnd) -> bool {
+    msg.is_open()
+        && e.name.is_none()
+        && e.arguments.is_none()
+        && e.at.wire_id.is_none()
+        && e.at.index.is_some()
+        && msg
+            .result_blocks
+            .iter()
+            .any(|b| Some(b.index) == e.at.index)
+        && !msg.calls.iter().any(|c| c.wire_index == e.at.index)
+}
+
+/// Keeps a piece of a result block the provider streams: a start opens the block for its
+/// call, later pieces append output. Nothing changes once the message has ended, nor past
+/// `max_calls_per_message` open blocks. Output past `max_argument_bytes` makes the result an
+/// error that says so, never a silently shortened output.
+fn result_block(msg: &mut MessageState, r: ResultBlockPiece, limits: &Limits) {
+    if !msg.is_open() {
+        return;
+    }
+    let slot = match (
+        msg.result_blocks.iter().position(|b| b.index == r.index),
+        r.tool_call_id,
+    ) {
+        (_, Some(id)) if !id.trim().is_empty() => {
+            // a start (a restarted index begins a new block)
+            msg.result_blocks.retain(|b| b.index != r.index);
+            if msg.result_blocks.len() >= limits.max_calls_per_message {
+                return;
+            }
+            msg.result_blocks.push(ResultBlockState {
+                index: r.index,
+                tool_call_id: id,
+                is_error: r.is_error,
+                output: String::new(),
+                over_limit: false,
+            });
+            msg.result_blocks.len() - 1
+        }
+        (Some(slot), _) => slot,
+        // a piece of a block whose start was not seen: no call to give it to
+        (None, _) => return,
+    };
+    let Some(block) = msg.result_blocks.get_mut(slot) else {
+        return;
+    };
+    block.is_error |= r.is_error;
+    if let Some(text) = r.text.filter(|t| !t.is_empty()) {
+        if block.over_limit {
+            return;
+        }
+        if block.output.len() + text.len() > limits.max_argument_bytes {
+            block.over_limit = true;
+            block.is_error = true;
+            block.output = format!(
+                "[the provider's tool result exceeded {} bytes and was not kept]",
+                limits.max_argument_bytes
+            );
+        } else {
+            block.output.push_str(&text);
+        }
     }
 }
 
@@ -399,7 +483,7 @@ pub fn needs_text(msg: &MessageState, ev: &ChunkEvent, limits: &Limits) -> bool 
                         || c.args_len + c.path_bytes + bytes > limits.max_argument_bytes)
             })
         }
-        ChunkEvent::ToolResult(_) | ChunkEvent::Reasoning(_) => false,
+        ChunkEvent::ToolResult(_) | ChunkEvent::Reasoning(_) | ChunkEvent::ResultBlock(_) => false,
         ChunkEvent::CallEnd(_)
         | ChunkEvent::MessageEnd { .. }
         | ChunkEvent::StreamEnd

@@ -3,7 +3,15 @@
 //! `{"contentBlockDelta": {...}}`) → chunk events.
 //!
 //! - `contentBlockStart` with `start.toolUse` → a fragment with the block index, the
-//!   `toolUseId` and the `name`; other starts → nothing.
+//!   `toolUseId` and the `name`, and kind `server_tool` when its `type` is `server_tool_use`
+//!   (a system tool Bedrock runs itself, e.g. Nova's web grounding).
+//! - `contentBlockStart` with `start.toolResult` (`toolUseId`, `type`, `status`: the result of
+//!   a server tool, streamed by Bedrock in its own block) → a [`ResultBlockPiece`] naming the
+//!   call; `contentBlockDelta` with `delta.toolResult` (a list of `{text}` / `{json}` pieces)
+//!   → its output appended at the block index (JSON as compact JSON text); the block's
+//!   `contentBlockStop` ends it, and the assembler takes it as the provider's own result. A
+//!   result block without a usable `toolUseId` or index is skipped, never an error.
+//! - `start.image`, `delta.image` and `delta.citation` (citations of a text block) → nothing.
 //! - `contentBlockDelta` with `delta.toolUse.input` (a string fragment of the input JSON) →
 //!   argument text at the block index; text deltas → nothing (text blocks often have no start
 //!   at all).
@@ -13,8 +21,10 @@
 //!   index or text cannot be read is skipped.
 //! - `contentBlockStop` → an end for that index, for every block (the assembler ignores ends
 //!   of indexes that hold no call).
-//! - `messageStop.stopReason` → message end; `messageStart` and `metadata` (usage, sent after
-//!   `messageStop`) → nothing.
+//! - `messageStop.stopReason` → message end (`malformed_tool_use` and
+//!   `malformed_model_output` end open calls as a provider error, never completed);
+//!   `messageStop.additionalModelResponseFields`, `messageStart` and `metadata` (usage,
+//!   metrics, trace, `performanceConfig`, `serviceTier`; sent after `messageStop`) → nothing.
 //! - `internalServerException`, `modelStreamErrorException`, `validationException`,
 //!   `throttlingException`, `serviceUnavailableException` → provider error.
 //!
@@ -25,13 +35,17 @@
 //!
 //! Fields toolstream does not need never fail a chunk: the `contentBlockIndex` of a text or
 //! reasoning delta, a `stopReason` of another shape (read as no reason), an exception that is
-//! not an object or whose `message` is not a string, `metadata` usage and metrics. The block
+//! not an object or whose `message` is not a string, `metadata` usage and metrics, a tool
+//! block's `type` that is not a string (read as a client tool), a result block's `status`
+//! and pieces of other shapes. The block
 //! index of tool events may be a number or a number written as a string.
 
 use serde::Deserialize;
 
+use crate::call::CallKind;
 use crate::chunk::{
     CallEnd, CallFragment, CallRef, ChunkEvent, Finish, ReasoningKind, ReasoningPiece,
+    ResultBlockPiece,
 };
 use crate::decode::lenient::{opt_object, FinishReason, Loose, SoftIndex};
 use crate::decode::text::{non_blank_text, shorten, JsonText, Text};
@@ -77,6 +91,19 @@ struct BlockStart<'a> {
 struct Start<'a> {
     #[serde(borrow, default)]
     tool_use: Option<ToolUseStart<'a>>,
+    #[serde(borrow, default, deserialize_with = "opt_object")]
+    tool_result: Option<ToolResultStart<'a>>,
+}
+
+/// `start.toolResult`: the start of a server tool's result block. Not needed for calls, so
+/// read leniently.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ToolResultStart<'a> {
+    #[serde(borrow, default)]
+    tool_use_id: Option<Loose<'a>>,
+    #[serde(borrow, default)]
+    status: Option<Loose<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +113,9 @@ struct ToolUseStart<'a> {
     tool_use_id: Option<Text<'a>>,
     #[serde(borrow, default)]
     name: Option<Text<'a>>,
+    /// `server_tool_use` for a system tool; absent for a client tool.
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Loose<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -104,6 +134,9 @@ struct Delta<'a> {
     tool_use: Option<ToolUseDelta<'a>>,
     #[serde(borrow, default, deserialize_with = "opt_object")]
     reasoning_content: Option<ReasoningDelta<'a>>,
+    /// `delta.toolResult`: pieces of a result block's output, each `{text}` or `{json}`.
+    #[serde(default)]
+    tool_result: Option<serde_json::Value>,
 }
 
 /// `delta.reasoningContent`: one of its members (a union).
@@ -163,11 +196,16 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     };
     let mut out = Vec::new();
     if let Some(start) = event.content_block_start {
-        if let Some(tool) = start.start.and_then(|s| s.tool_use) {
+        let (tool_use, tool_result) = match start.start {
+            Some(s) => (s.tool_use, s.tool_result),
+            None => (None, None),
+        };
+        if let Some(tool) = tool_use {
             let index = index_of(
                 start.content_block_index,
                 "contentBlockStart.contentBlockIndex",
             )?;
+            let server = matches!(&tool.kind, Some(Loose::Str(k)) if k == "server_tool_use");
             out.push(ChunkEvent::CallFragment(CallFragment {
                 at: CallRef {
                     index: Some(index),
@@ -175,14 +213,31 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                     item_id: None,
                 },
                 name: non_blank_text(tool.name),
+                kind: server.then_some(CallKind::ServerTool),
                 ..CallFragment::default()
             }));
+        } else if let Some(result) = tool_result {
+            let index = start
+                .content_block_index
+                .and_then(|i| i.get().ok().flatten());
+            let id = result
+                .tool_use_id
+                .and_then(Loose::into_text)
+                .filter(|id| !id.trim().is_empty());
+            if let (Some(index), Some(id)) = (index, id) {
+                out.push(ChunkEvent::ResultBlock(ResultBlockPiece {
+                    index,
+                    tool_call_id: Some(id.into_owned()),
+                    is_error: matches!(&result.status, Some(Loose::Str(s)) if s == "error"),
+                    text: None,
+                }));
+            }
         }
     }
     if let Some(delta) = event.content_block_delta {
-        let (tool_use, reasoning) = match delta.delta {
-            Some(d) => (d.tool_use, d.reasoning_content),
-            None => (None, None),
+        let (tool_use, reasoning, result) = match delta.delta {
+            Some(d) => (d.tool_use, d.reasoning_content, d.tool_result),
+            None => (None, None, None),
         };
         if let Some(tool) = tool_use {
             let index = index_of(
@@ -215,6 +270,18 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
                     text: t,
                     signature,
                     data,
+                }));
+            }
+        } else if let Some(pieces) = result {
+            let index = delta
+                .content_block_index
+                .and_then(|i| i.get().ok().flatten());
+            let text = result_text(&pieces);
+            if let (Some(index), false) = (index, text.is_empty()) {
+                out.push(ChunkEvent::ResultBlock(ResultBlockPiece {
+                    index,
+                    text: Some(text),
+                    ..ResultBlockPiece::default()
                 }));
             }
         }
@@ -265,11 +332,30 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
     Ok(out)
 }
 
+/// The output text of `delta.toolResult` pieces (a list of `{text}` / `{json}` members; a
+/// lone piece object is read too): text as is, JSON as its compact text, anything else
+/// skipped.
+fn result_text(pieces: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let one = |piece: &Value| match (piece.get("text"), piece.get("json")) {
+        (Some(Value::String(t)), _) => t.clone(),
+        (_, Some(json)) if !json.is_null() => json.to_string(),
+        _ => String::new(),
+    };
+    match pieces {
+        Value::Array(items) => items.iter().map(one).collect(),
+        Value::Object(_) => one(pieces),
+        _ => String::new(),
+    }
+}
+
 /// Normalizes `stopReason`.
 fn finish_of(reason: &str) -> Finish {
     match reason {
         "max_tokens" | "model_context_window_exceeded" => Finish::Truncated,
         "guardrail_intervened" | "content_filtered" => Finish::Filtered,
+        // the model's tool use or output could not be read: no call of it is complete
+        "malformed_tool_use" | "malformed_model_output" => Finish::Error,
         // tool_use, end_turn, stop_sequence, reasons added later.
         _ => Finish::Complete,
     }

@@ -30,8 +30,12 @@
 //! `promptFeedback.blockReason` → filtered; a top-level `error` object → provider error;
 //! usage-only chunks, text and thought parts → nothing.
 //!
-//! Fields toolstream does not need never fail a chunk: a `thoughtSignature` that is not a
-//! string is not kept, a `promptFeedback` or `finishReason` of another shape reads as no
+//! A signed call also keeps the response's `modelVersion` as its metadata
+//! [`SIGNATURE_MODEL`] (`model`): history sends a signature back only to the model family that
+//! made it.
+//!
+//! Fields toolstream does not need never fail a chunk: a `thoughtSignature` or `modelVersion`
+//! that is not a string is not kept, a `promptFeedback` or `finishReason` of another shape reads as no
 //! reason, and `usageMetadata`, safety ratings, citations, grounding, logprobs and the like
 //! are not read at all. Needed fields accept the shapes protobuf JSON allows: `willContinue`
 //! and `boolValue` as a boolean or `"true"`/`"false"`, `numberValue` as a number or a number
@@ -53,6 +57,12 @@ use crate::provider::Provider;
 /// Metadata key under which a part's `thoughtSignature` is kept verbatim.
 pub const THOUGHT_SIGNATURE: &str = "thoughtSignature";
 
+/// Metadata key under which the model that produced a signed call is kept: the response's
+/// `modelVersion` (Gemini) or the chunk's `model` (Gemini's OpenAI-compatible endpoint), on
+/// calls that carry a thought signature only. History drops a signature when the caller says
+/// the history is for a model of another family ([`crate::encode::model_family`]).
+pub const SIGNATURE_MODEL: &str = "model";
+
 /// One `GenerateContentResponse`; only the fields toolstream reads.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -63,6 +73,9 @@ struct Response<'a> {
     prompt_feedback: Option<PromptFeedback<'a>>,
     #[serde(default)]
     error: Option<JsonText>,
+    /// The model that produced the response (kept on signed calls); not needed, read loosely.
+    #[serde(borrow, default)]
+    model_version: Option<Loose<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -195,11 +208,15 @@ fn decode_response(
     chunk: &[u8],
     out: &mut Vec<ChunkEvent>,
 ) -> Result<(), DecodeError> {
+    let model = response
+        .model_version
+        .and_then(Loose::into_text)
+        .filter(|m| !m.trim().is_empty());
     if let Some(candidate) = response.candidates.and_then(|c| c.into_iter().next()) {
         let parts = candidate.content.and_then(|c| c.parts).unwrap_or_default();
         for (i, part) in parts.into_iter().enumerate() {
             let path = format!("{prefix}candidates[0].content.parts[{i}].functionCall");
-            decode_part(part, &path, chunk, out)?;
+            decode_part(part, model.as_deref(), &path, chunk, out)?;
         }
         if let Some((finish, reason)) = candidate.finish_reason.and_then(|r| r.read(finish_of)) {
             out.push(ChunkEvent::MessageEnd { finish, reason });
@@ -226,6 +243,7 @@ fn decode_response(
 /// Appends the events of one part (nothing for text/thought parts).
 fn decode_part(
     part: Part<'_>,
+    model: Option<&str>,
     path: &str,
     chunk: &[u8],
     out: &mut Vec<ChunkEvent>,
@@ -239,6 +257,12 @@ fn decode_part(
             THOUGHT_SIGNATURE.to_string(),
             Value::String(signature.into_owned()),
         );
+        if let Some(model) = model {
+            metadata.insert(
+                SIGNATURE_MODEL.to_string(),
+                Value::String(model.to_string()),
+            );
+        }
     }
     let arguments = match call.args {
         Some(args) if args.was_string || !args.text.starts_with('{') => {

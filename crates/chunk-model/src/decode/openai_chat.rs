@@ -6,7 +6,9 @@
 //! `function.arguments`), the legacy `delta.function_call`, `choices[i].finish_reason`, a
 //! top-level `error` object (OpenRouter's mid-stream error), and Gemini's OpenAI-compatible
 //! `tool_calls[j].extra_content.google.thought_signature`, kept as the call's metadata
-//! [`EXTRA_CONTENT`] (`{"google":{"thought_signature":…}}`) so history can send it back.
+//! [`EXTRA_CONTENT`] (`{"google":{"thought_signature":…}}`) so history can send it back, with
+//! the chunk's `model` as [`SIGNATURE_MODEL`] (history sends a signature back only to the
+//! model family that made it).
 //! Everything else (`content`, `usage`, `obfuscation`, `logprobs`, Azure's
 //! `prompt_filter_results`, OpenRouter's `provider`/`native_finish_reason`, ...) is ignored.
 //!
@@ -27,7 +29,8 @@
 //! the assembler's job. Blank or `null` ids and names are absent.
 
 use crate::chunk::{CallFragment, CallRef, ChunkEvent, Finish};
-use crate::decode::lenient::{opt_index, FinishReason, SoftIndex};
+use crate::decode::gemini::SIGNATURE_MODEL;
+use crate::decode::lenient::{opt_index, FinishReason, Loose, SoftIndex};
 use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
 use crate::decode::typed::parse;
 use crate::error::DecodeError;
@@ -45,6 +48,10 @@ struct Chunk<'a> {
     choices: Option<Vec<Choice<'a>>>,
     #[serde(default)]
     error: Option<JsonText>,
+    /// The model of the stream, kept on calls that carry a Gemini thought signature; not
+    /// needed, read loosely.
+    #[serde(borrow, default)]
+    model: Option<Loose<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -133,6 +140,10 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
 /// to.
 pub fn decode_by_choice(chunk: &[u8]) -> Result<Vec<(Route, ChunkEvent)>, DecodeError> {
     let parsed: Chunk<'_> = parse(Provider::OpenaiChat, chunk)?;
+    let model = parsed
+        .model
+        .and_then(Loose::into_text)
+        .filter(|m| !m.trim().is_empty());
     let mut all = Vec::new();
     for choice in parsed.choices.into_iter().flatten() {
         // A choice index that is not a readable number counts as the first choice.
@@ -150,7 +161,7 @@ pub fn decode_by_choice(chunk: &[u8]) -> Result<Vec<(Route, ChunkEvent)>, Decode
                     non_blank_text(call.id),
                     name,
                     arguments,
-                    signature_metadata(call.extra_content.as_ref()),
+                    signature_metadata(call.extra_content.as_ref(), model.as_deref()),
                 );
             }
             if delta.function_call.is_some() {
@@ -185,8 +196,9 @@ fn split_function(f: Option<FunctionDelta<'_>>) -> (Option<String>, Option<Strin
 }
 
 /// The call metadata for a Gemini `extra_content` holding a non-blank string
-/// `google.thought_signature` (empty for anything else).
-fn signature_metadata(extra_content: Option<&Value>) -> Map<String, Value> {
+/// `google.thought_signature`, with the chunk's `model` that made it (empty for anything
+/// else).
+fn signature_metadata(extra_content: Option<&Value>, model: Option<&str>) -> Map<String, Value> {
     let mut metadata = Map::new();
     let signature = extra_content
         .and_then(|e| e.pointer("/google/thought_signature"))
@@ -197,6 +209,12 @@ fn signature_metadata(extra_content: Option<&Value>) -> Map<String, Value> {
             EXTRA_CONTENT.to_string(),
             json!({"google": {"thought_signature": signature}}),
         );
+        if let Some(model) = model {
+            metadata.insert(
+                SIGNATURE_MODEL.to_string(),
+                Value::String(model.to_string()),
+            );
+        }
     }
     metadata
 }

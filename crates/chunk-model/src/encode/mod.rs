@@ -53,6 +53,32 @@ pub const META_EXTRA_CONTENT: &str = "extra_content";
 pub const META_ITEM_ID: &str = "item_id";
 /// Metadata key set to `true` when the call id was invented by toolstream.
 pub const META_SYNTHETIC_ID: &str = "synthetic_id";
+/// Metadata key of the model that produced a signed call (Gemini `modelVersion`, the
+/// OpenAI-compatible chunk's `model`), kept beside its thought signature.
+pub const META_SIGNATURE_MODEL: &str = crate::decode::gemini::SIGNATURE_MODEL;
+
+/// The family of a model name, for deciding whether a thought signature may go back to it:
+/// the name without a `models/` (or `publishers/google/models/`) path prefix, lowercase, up to
+/// and including its first dash-separated part that starts with a digit (its version), so
+/// `gemini-3-pro-preview` and `models/gemini-3-flash` are `gemini-3`, `gemini-2.5-flash-lite`
+/// is `gemini-2.5`, and a name without a version part is its own family. Signatures are made
+/// by one model generation for itself: a signature of another family is not sent back.
+pub fn model_family(model: &str) -> String {
+    let name = model
+        .trim()
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_lowercase();
+    let mut family: Vec<&str> = Vec::new();
+    for part in name.split('-') {
+        family.push(part);
+        if part.starts_with(|c: char| c.is_ascii_digit()) {
+            break;
+        }
+    }
+    family.join("-")
+}
 
 /// A provider request format that history can be rendered into.
 ///

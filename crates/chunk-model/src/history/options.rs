@@ -33,6 +33,12 @@ pub struct HistoryOptions {
     /// `reasoning` item is missing from the input, and toolstream keeps no reasoning items.
     /// Turn on only when the conversation is stored server-side with its reasoning.
     pub send_item_ids: bool,
+    /// The model the history is for (`gemini-3-pro-preview`, `gpt-4.1`, ...), when the caller
+    /// says. A Gemini thought signature is sent back only where the target format carries it
+    /// *and* the model that made it (kept with the signature) is of this model's family
+    /// ([`crate::encode::model_family`]); one of another family is dropped and counted, with a
+    /// note. Default: not said, every signature the format carries is sent.
+    pub model: Option<String>,
 }
 
 impl Default for HistoryOptions {
@@ -43,6 +49,7 @@ impl Default for HistoryOptions {
             window: None,
             placeholder: DEFAULT_PLACEHOLDER.to_string(),
             send_item_ids: false,
+            model: None,
         }
     }
 }
@@ -68,12 +75,13 @@ pub struct HistoryRequest {
 impl HistoryRequest {
     /// Every field a request body may carry, for callers that refuse unknown fields (serde
     /// cannot deny unknown fields through `flatten`). Kept in sync by a test.
-    pub const FIELDS: [&'static str; 6] = [
+    pub const FIELDS: [&'static str; 7] = [
         "target",
         "max_result_chars",
         "strict_text",
         "window",
         "placeholder",
         "send_item_ids",
+        "model",
     ];
 }

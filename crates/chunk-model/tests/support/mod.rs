@@ -267,6 +267,13 @@ pub fn signature(sig: &str) -> Map<String, Value> {
     m
 }
 
+/// `{"thoughtSignature": sig, "model": model}`: a signed call with the model that made it.
+pub fn signed_by(sig: &str, model: &str) -> Map<String, Value> {
+    let mut m = signature(sig);
+    m.insert("model".to_string(), Value::String(model.to_string()));
+    m
+}
+
 /// Concatenated argument text of all fragments at `index` (what the assembler appends).
 pub fn text_at(events: &[ChunkEvent], index: u32) -> String {
     events

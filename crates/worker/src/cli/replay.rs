@@ -950,6 +950,7 @@ fn describe_chunk_event(e: &ChunkEvent, message: &str, calls: &mut CallsSeen) ->
         ChunkEvent::ProviderError { message } => format!("provider error: {message}"),
         ChunkEvent::ToolResult(r) => format!("tool result for {}", r.tool_call_id()),
         ChunkEvent::Reasoning(r) => format!("reasoning block [{}]", r.index),
+        ChunkEvent::ResultBlock(r) => format!("tool result block [{}]", r.index),
     }
 }
 
