@@ -47,8 +47,10 @@
 //!   - `consume/testing.rs`, `consume/nats_tests.rs` — test-only: fakes for the paused-time
 //!     tests, and the loop run in-process against a real nats-server.
 //! - `serve/` — what the worker answers: `serve/query.rs` (snapshots and history over the
-//!   NATS service API), `serve/http.rs` (`/metrics`, `/healthz`), `serve/metrics.rs` (the
-//!   counters and histograms).
+//!   NATS service API), `serve/http.rs` (`/metrics`, `/healthz`, and `/v1/…` handed to
+//!   `serve/ui/`), `serve/metrics.rs` (the counters and histograms), `serve/ui/` (the HTTP API
+//!   for UIs: `events.rs` resumable Server-Sent Events read from the events stream,
+//!   `snapshot.rs` a message's snapshot with the exact `offset` of the last event it reflects).
 
 pub mod cli;
 pub(crate) mod consume;

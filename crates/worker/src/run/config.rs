@@ -56,6 +56,118 @@ pub struct Config {
     pub relay: RelayConfig,
     /// Limits and timeouts of the assembler.
     pub assembler: assembler::Config,
+    /// The HTTP API for UIs on the `metrics_listen` listener (`/v1/…`, docs/contracts.md,
+    /// "HTTP API for UIs").
+    pub ui: UiConfig,
+}
+
+/// The HTTP API for UIs (`/v1/conversations/…`), served on `metrics_listen`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UiConfig {
+    /// Serve `/v1/…` at all (default true).
+    pub enabled: bool,
+    /// Bearer token every `/v1/…` request must carry (`Authorization: Bearer <token>`, or
+    /// `?access_token=` for browsers' `EventSource`, which cannot set headers). Unset: no
+    /// authentication, allowed only while `metrics_listen` is a loopback address; on any other
+    /// address `/v1/…` answers 403 until a token is set.
+    pub token: Option<String>,
+    /// Origins allowed to call the API from a browser (CORS), e.g. `https://app.example.com`,
+    /// or `*` for any (default none: same-origin only).
+    pub cors_origins: Vec<String>,
+    /// Most event streams served at once; one more is refused with 503 (default 256).
+    pub max_streams: usize,
+    /// A comment line is sent on an idle event stream this often, so proxies keep it open
+    /// (default `15s`, 1s..=5m).
+    pub heartbeat: HumanDuration,
+    /// A client that does not take a write for this long is closed (default `30s`, 1s..=10m).
+    pub write_timeout: HumanDuration,
+    /// How long `GET …/messages/{msg}` waits for the events its snapshot reflects to be on the
+    /// events stream before answering 503 (default `5s`, 100ms..=1m).
+    pub snapshot_timeout: HumanDuration,
+}
+
+impl Default for UiConfig {
+    fn default() -> Self {
+        UiConfig {
+            enabled: true,
+            token: None,
+            cors_origins: Vec::new(),
+            max_streams: 256,
+            heartbeat: secs(15),
+            write_timeout: secs(30),
+            snapshot_timeout: secs(5),
+        }
+    }
+}
+
+impl UiConfig {
+    /// Checks the `[ui]` settings; names the one at fault.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(token) = &self.token {
+            if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+                anyhow::bail!(
+                    "ui.token must be non-empty printable ASCII without spaces (it travels in an \
+                     Authorization header)"
+                );
+            }
+        }
+        for origin in &self.cors_origins {
+            if !valid_origin(origin) {
+                anyhow::bail!(
+                    "ui.cors_origins: {origin:?} is not an origin: expected `*` or \
+                     scheme://host[:port] (http or https, no path), e.g. https://app.example.com"
+                );
+            }
+        }
+        if !(1..=100_000).contains(&self.max_streams) {
+            anyhow::bail!("ui.max_streams must be between 1 and 100000");
+        }
+        for (field, value, min, max) in [
+            ("ui.heartbeat", self.heartbeat.get(), 1_000, 300_000),
+            ("ui.write_timeout", self.write_timeout.get(), 1_000, 600_000),
+            (
+                "ui.snapshot_timeout",
+                self.snapshot_timeout.get(),
+                100,
+                60_000,
+            ),
+        ] {
+            let ms = value.as_millis();
+            if ms < min || ms > max {
+                anyhow::bail!(
+                    "{field} must be between {:?} and {:?}",
+                    Duration::from_millis(min as u64),
+                    Duration::from_millis(max as u64)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether requests must carry the token: always when one is set.
+    pub fn auth_required(&self) -> bool {
+        self.token.is_some()
+    }
+}
+
+/// `*`, or `http(s)://host[:port]` with nothing after.
+fn valid_origin(origin: &str) -> bool {
+    if origin == "*" {
+        return true;
+    }
+    let rest = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"));
+    match rest {
+        Some(host) => {
+            !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+        }
+        None => false,
+    }
 }
 
 /// NATS authentication. Set at most one of: `token`; `user` + `password`; `nkey_seed_file`;
@@ -187,6 +299,7 @@ impl Default for Config {
             consumer: ConsumerConfig::default(),
             relay: RelayConfig::default(),
             assembler: assembler::Config::default(),
+            ui: UiConfig::default(),
         }
     }
 }
@@ -247,7 +360,7 @@ impl Config {
     /// A copy safe to print: token and password replaced by `<redacted>`.
     pub fn redacted(&self) -> Config {
         let mut c = self.clone();
-        for secret in [&mut c.auth.token, &mut c.auth.password] {
+        for secret in [&mut c.auth.token, &mut c.auth.password, &mut c.ui.token] {
             if secret.is_some() {
                 *secret = Some("<redacted>".to_string());
             }
@@ -282,6 +395,40 @@ mod tests {
         assert_eq!(c.streams.duplicate_window.get(), Duration::from_secs(3600));
         assert_eq!(c.metrics_listen.to_string(), "127.0.0.1:9090");
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn ui_settings_have_defaults_and_bad_values_are_refused_by_name() {
+        let ui = UiConfig::default();
+        assert!(ui.enabled);
+        assert_eq!(ui.max_streams, 256);
+        assert_eq!(ui.heartbeat.get(), Duration::from_secs(15));
+        ui.validate().unwrap();
+        let c = Config::from_toml(
+            "[ui]\ntoken = \"s3cret\"\ncors_origins = [\"https://app.example.com\", \"http://localhost:5173\", \"*\"]\n",
+        )
+        .unwrap();
+        c.ui.validate().unwrap();
+        assert_eq!(c.redacted().ui.token.as_deref(), Some("<redacted>"));
+        for (toml, field) in [
+            ("[ui]\ntoken = \"\"\n", "ui.token"),
+            ("[ui]\ntoken = \"a b\"\n", "ui.token"),
+            (
+                "[ui]\ncors_origins = [\"app.example.com\"]\n",
+                "ui.cors_origins",
+            ),
+            (
+                "[ui]\ncors_origins = [\"https://a.com/path\"]\n",
+                "ui.cors_origins",
+            ),
+            ("[ui]\nmax_streams = 0\n", "ui.max_streams"),
+            ("[ui]\nheartbeat = \"10ms\"\n", "ui.heartbeat"),
+            ("[ui]\nwrite_timeout = \"1h\"\n", "ui.write_timeout"),
+            ("[ui]\nsnapshot_timeout = \"0s\"\n", "ui.snapshot_timeout"),
+        ] {
+            let err = Config::from_toml(toml).unwrap().ui.validate().unwrap_err();
+            assert!(err.to_string().contains(field), "{toml}: {err}");
+        }
     }
 
     #[test]

@@ -251,7 +251,29 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     });
     let relay_handle = tokio::spawn(relay.run(relay_stop_rx.receiver()));
 
-    // GET /metrics and /healthz.
+    // The HTTP API for UIs reads the events stream and asks the query service; it never
+    // touches the store or the consume loop.
+    let ui = config.ui.enabled.then(|| {
+        let loopback = http_listener
+            .local_addr()
+            .map(|a| a.ip().is_loopback())
+            .unwrap_or(false);
+        if !loopback && config.ui.token.is_none() {
+            tracing::warn!(
+                "ui.token is not set and metrics_listen is not a loopback address: /v1 answers \
+                 403 until a token is set (ui.enabled = false turns it off)"
+            );
+        }
+        Arc::new(crate::serve::ui::Api::new(
+            client.clone(),
+            &config.subject_prefix,
+            &config.streams.events,
+            config.ui.clone(),
+            loopback,
+            shutdown.receiver(),
+        ))
+    });
+    // GET /metrics, /healthz and /v1/….
     let http_handle = tokio::spawn(report_early_exit(
         "http endpoint",
         crate::serve::http::serve_on(
@@ -259,6 +281,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
             Arc::clone(&metrics),
             Arc::clone(&store),
             Arc::clone(&health),
+            ui,
             shutdown.receiver(),
         ),
     ));

@@ -9,6 +9,7 @@ use std::time::Duration;
 impl Config {
     /// Checks settings that cannot work together; names the setting at fault.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.ui.validate()?;
         let c = &self.consumer;
         if c.partitions == 0 {
             bail!("consumer.partitions must be at least 1");

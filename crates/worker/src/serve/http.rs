@@ -1,8 +1,9 @@
-//! The operations endpoint: a minimal HTTP/1.1 server on tokio with exactly two routes,
+//! The worker's HTTP listener: a minimal HTTP/1.1 server on tokio with the operations routes,
 //! `GET /metrics` (Prometheus text format, see [`crate::serve::metrics::Metrics::render`]) and
-//! `GET /healthz` (200 when connected to NATS and the store is open, 503 otherwise).
+//! `GET /healthz` (200 when connected to NATS and the store is open, 503 otherwise), and the
+//! HTTP API for UIs under `/v1/` ([`crate::serve::ui`], when `ui.enabled`).
 //!
-//! Hand-rolled on purpose: two fixed routes, one response per connection (`Connection: close`),
+//! Hand-rolled on purpose: a few fixed routes, one response per connection (`Connection: close`),
 //! request heads capped at [`MAX_HEAD`] bytes and read under [`READ_TIMEOUT`]. A web framework
 //! would be most of the binary's dependency tree for this.
 //!
@@ -10,6 +11,7 @@
 //! value becomes `true` or the sender is dropped (the same type as `query::serve`).
 
 use crate::serve::metrics::Metrics;
+use crate::serve::ui::Api;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +99,7 @@ pub async fn serve_on<G: StoreGauges>(
     metrics: Arc<Metrics>,
     gauges: Arc<G>,
     health: Arc<Health>,
+    ui: Option<Arc<Api>>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     match listener.local_addr() {
@@ -112,6 +115,7 @@ pub async fn serve_on<G: StoreGauges>(
                         metrics: metrics.clone(),
                         gauges: gauges.clone(),
                         health: health.clone(),
+                        ui: ui.clone(),
                     };
                     tokio::spawn(async move {
                         if let Err(err) = handle(stream, state).await {
@@ -136,6 +140,7 @@ struct State<G> {
     metrics: Arc<Metrics>,
     gauges: Arc<G>,
     health: Arc<Health>,
+    ui: Option<Arc<Api>>,
 }
 
 /// A response to write: status line parts, content type, body.
@@ -175,6 +180,12 @@ async fn handle<G: StoreGauges>(mut stream: TcpStream, state: State<G>) -> std::
             return write_response(&mut stream, resp, false).await;
         }
     };
+    if path.starts_with("/v1/") {
+        if let Some(ui) = &state.ui {
+            let ui = Arc::clone(ui);
+            return ui.handle(stream, &head).await;
+        }
+    }
     let head_only = method == "HEAD";
     let resp = route(method, path, &state).await;
     write_response(&mut stream, resp, head_only).await
@@ -347,7 +358,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let (stop, rx) = watch::channel(false);
         let gauges = Arc::new(FakeGauges(Some(4), Some(9)));
-        let task = tokio::spawn(serve_on(listener, metrics, gauges, health, rx));
+        let task = tokio::spawn(serve_on(listener, metrics, gauges, health, None, rx));
         Running { addr, stop, task }
     }
 

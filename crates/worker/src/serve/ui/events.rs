@@ -1,0 +1,402 @@
+//! `GET /v1/conversations/{conv}/events`: the conversation's events as Server-Sent Events, read
+//! from the events stream through an ordered consumer (ephemeral, no acks) filtered on
+//! `<prefix>.events.<conv>.>` (or `.<msg>` with `?message=`), so any worker serves any
+//! conversation and the consume loop is never involved.
+//!
+//! Each frame is `id: <stream sequence>`, `event: <type>`, `data: <the event as published>`.
+//! `Last-Event-ID` (what `EventSource` sends on a reconnect; it wins over the URL) or
+//! `?after=N` resumes strictly after N: the consumer starts at stream sequence N + 1, so a
+//! client that resumes with the last id it saw sees every later event once.
+//!
+//! Never a silent skip: an `after` older than what the stream still holds is 410 before the
+//! stream starts; on a stream with limits (age, count, size) an event of this conversation
+//! deleted before it was sent ends the stream with an `error` event (`behind`) naming the last
+//! id sent. A client that takes no write for `ui.write_timeout` is closed; it resumes with
+//! `Last-Event-ID`. Idle streams get a comment every `ui.heartbeat`.
+
+use super::{cors_headers, write_error, Api, ApiError, Request};
+use async_nats::jetstream;
+use futures::StreamExt;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+
+/// What the client asked for.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct StreamRequest {
+    /// Only this message's events.
+    pub(crate) message: Option<String>,
+    /// Resume strictly after this stream sequence (0 = from the start).
+    pub(crate) after: u64,
+}
+
+impl StreamRequest {
+    /// Reads `?message=`, `?after=` / `Last-Event-ID`, and refuses `?format=` values other
+    /// than `toolstream`.
+    pub(crate) fn of(request: &Request) -> Result<StreamRequest, ApiError> {
+        if let Some(format) = request.query.get("format") {
+            if format != "toolstream" {
+                return Err(ApiError::new(
+                    400,
+                    "bad_format",
+                    format!("format {format:?} is not served: use toolstream"),
+                ));
+            }
+        }
+        let message = match request.query.get("message") {
+            Some(m) => Some(super::id_param("message", m)?),
+            None => None,
+        };
+        let parse = |what: &str, v: &str| {
+            v.trim().parse::<u64>().map_err(|_| {
+                ApiError::new(
+                    400,
+                    "bad_after",
+                    format!("{what} must be an event id (a stream sequence, 0 or more), not {v:?}"),
+                )
+            })
+        };
+        let after = match (request.header("last-event-id"), request.query.get("after")) {
+            (Some(id), _) if !id.trim().is_empty() => parse("Last-Event-ID", id)?,
+            (_, Some(after)) => parse("after", after)?,
+            _ => 0,
+        };
+        Ok(StreamRequest { message, after })
+    }
+}
+
+/// Serves one event stream until the client leaves, the worker stops or the stream fails.
+pub(crate) async fn serve(
+    api: &Api,
+    mut stream: TcpStream,
+    request: &Request,
+    conversation: &str,
+    cors: Option<&str>,
+) -> std::io::Result<()> {
+    let wanted = match StreamRequest::of(request) {
+        Ok(w) => w,
+        Err(e) => return write_error(&mut stream, &e, cors).await,
+    };
+    // the permit lives as long as the stream
+    let Ok(_permit) = api.streams.clone().try_acquire_owned() else {
+        let e = ApiError::new(
+            503,
+            "too_many_streams",
+            format!(
+                "this worker serves at most {} event streams (ui.max_streams); try again or another worker",
+                api.config.max_streams
+            ),
+        );
+        return write_error(&mut stream, &e, cors).await;
+    };
+    let (consumer_messages, limited) = match open(api, conversation, &wanted).await {
+        Ok(opened) => opened,
+        Err(e) => return write_error(&mut stream, &e, cors).await,
+    };
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n\
+         Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n{}Connection: close\r\n\r\n\
+         retry: 1000\n: toolstream events of {conversation} after {}\n\n",
+        cors_headers(cors),
+        wanted.after
+    );
+    let (mut read, mut write) = stream.into_split();
+    let write_timeout = api.config.write_timeout.get();
+    send(&mut write, head.as_bytes(), write_timeout).await?;
+    let mut session = Session {
+        api,
+        write,
+        write_timeout,
+        last_sent: wanted.after,
+        limited,
+    };
+    let outcome = session.pump(consumer_messages, &mut read).await;
+    if let Err(e) = &outcome {
+        tracing::debug!(conversation, error = %e, "event stream ended");
+    }
+    let _ = session.write.shutdown().await;
+    Ok(())
+}
+
+/// The ordered consumer's messages.
+type Messages = jetstream::consumer::pull::Ordered;
+
+/// Checks `after` against the stream and opens the ordered consumer; also says whether the
+/// stream has limits that can delete events before they are read.
+async fn open(
+    api: &Api,
+    conversation: &str,
+    wanted: &StreamRequest,
+) -> Result<(Messages, bool), ApiError> {
+    let unavailable = |e: String| ApiError::new(503, "events_stream_unavailable", e);
+    let mut events = api
+        .js
+        .get_stream(&api.events_stream)
+        .await
+        .map_err(|e| unavailable(format!("events stream {}: {e}", api.events_stream)))?;
+    let info = events
+        .info()
+        .await
+        .map_err(|e| unavailable(format!("events stream {}: {e}", api.events_stream)))?;
+    let state = &info.state;
+    if wanted.after > state.last_sequence {
+        return Err(ApiError::new(
+            400,
+            "bad_after",
+            format!(
+                "event id {} is beyond the events stream's last sequence {}",
+                wanted.after, state.last_sequence
+            ),
+        ));
+    }
+    if wanted.after > 0 && state.first_sequence > wanted.after + 1 {
+        return Err(ApiError::new(
+            410,
+            "gone",
+            format!(
+                "events after {} are no longer all on the events stream (it starts at {}): \
+                 reload the snapshot (GET …/messages/{{msg}}) and resume from its offset",
+                wanted.after, state.first_sequence
+            ),
+        ));
+    }
+    let c = &info.config;
+    let limited = c.max_age != Duration::ZERO
+        || c.max_messages > 0
+        || c.max_bytes > 0
+        || c.max_messages_per_subject > 0;
+    let filter = match &wanted.message {
+        Some(m) => api.subjects.events(conversation, m),
+        None => api.subjects.events_filter(Some(conversation)),
+    };
+    let deliver_policy = if wanted.after == 0 {
+        jetstream::consumer::DeliverPolicy::All
+    } else {
+        jetstream::consumer::DeliverPolicy::ByStartSequence {
+            start_sequence: wanted.after + 1,
+        }
+    };
+    let consumer = events
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            filter_subject: filter,
+            deliver_policy,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| unavailable(format!("reading the events stream: {e}")))?;
+    let messages = consumer
+        .messages()
+        .await
+        .map_err(|e| unavailable(format!("reading the events stream: {e}")))?;
+    Ok((messages, limited))
+}
+
+/// One open event stream.
+struct Session<'a> {
+    api: &'a Api,
+    write: OwnedWriteHalf,
+    write_timeout: Duration,
+    /// The id of the last event sent (or the `after` it started from).
+    last_sent: u64,
+    /// The events stream can delete events on its own (limits).
+    limited: bool,
+}
+
+impl Session<'_> {
+    /// Sends events and heartbeats until something ends the stream.
+    async fn pump(
+        &mut self,
+        mut messages: Messages,
+        read: &mut tokio::net::tcp::OwnedReadHalf,
+    ) -> anyhow::Result<()> {
+        let beat = self.api.config.heartbeat.get();
+        let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + beat, beat);
+        let mut shutdown = self.api.shutdown.clone();
+        let mut scratch = [0u8; 512];
+        loop {
+            tokio::select! {
+                () = stopped(&mut shutdown) => {
+                    self.send_error("shutting_down", "the worker is stopping: resume with Last-Event-ID").await?;
+                    return Ok(());
+                }
+                n = read.read(&mut scratch) => match n {
+                    // the client left (or sent something: a request body is not expected)
+                    Ok(0) | Err(_) => return Ok(()),
+                    Ok(_) => continue,
+                },
+                _ = heartbeat.tick() => {
+                    send(&mut self.write, b": keep-alive\n\n", self.write_timeout).await?;
+                }
+                next = messages.next() => match next {
+                    None => {
+                        self.send_error("stream_ended", "the events stream ended: resume with Last-Event-ID").await?;
+                        return Ok(());
+                    }
+                    Some(Err(e)) => {
+                        self.send_error("events_stream_error", &format!("reading the events stream failed ({e}): resume with Last-Event-ID")).await?;
+                        return Ok(());
+                    }
+                    Some(Ok(message)) => {
+                        let seq = match message.info() {
+                            Ok(info) => info.stream_sequence,
+                            Err(e) => {
+                                self.send_error("events_stream_error", &format!("a message without metadata ({e}): resume with Last-Event-ID")).await?;
+                                return Ok(());
+                            }
+                        };
+                        if seq <= self.last_sent {
+                            // an ordered consumer's reset can deliver again what was sent
+                            continue;
+                        }
+                        if self.limited && seq > self.last_sent + 1 && !self.nothing_deleted().await? {
+                            return Ok(());
+                        }
+                        let frame = frame(seq, &message.payload);
+                        send(&mut self.write, frame.as_bytes(), self.write_timeout).await?;
+                        self.last_sent = seq;
+                        heartbeat.reset();
+                    }
+                }
+            }
+        }
+    }
+
+    /// On a stream with limits, whether every sequence between the last sent and now is still
+    /// stored or never was ours: limits delete from the front, so when the stream still starts
+    /// at or before `last_sent + 1`, nothing the consumer passed was deleted. Otherwise the
+    /// client is told (`behind`) and `false` returned.
+    async fn nothing_deleted(&mut self) -> anyhow::Result<bool> {
+        let first = match self.api.js.get_stream(&self.api.events_stream).await {
+            Ok(mut s) => match s.info().await {
+                Ok(info) => Some(info.state.first_sequence),
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        match first {
+            Some(first) if first <= self.last_sent + 1 => Ok(true),
+            Some(first) => {
+                self.send_error(
+                    "behind",
+                    &format!(
+                        "the events stream deleted events after {} (it starts at {first}) before \
+                         they were sent: reload the snapshot and resume from its offset",
+                        self.last_sent
+                    ),
+                )
+                .await?;
+                Ok(false)
+            }
+            None => {
+                self.send_error(
+                    "events_stream_error",
+                    "cannot check the events stream's first sequence: resume with Last-Event-ID",
+                )
+                .await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// An `error` event (no id: it is not an event of the stream), then the caller closes.
+    async fn send_error(&mut self, code: &str, message: &str) -> anyhow::Result<()> {
+        let body = serde_json::json!({
+            "error": code,
+            "message": message,
+            "last_event_id": self.last_sent,
+        });
+        let text = format!("event: error\ndata: {body}\n\n");
+        send(&mut self.write, text.as_bytes(), self.write_timeout).await?;
+        Ok(())
+    }
+}
+
+/// Completes when shutdown is asked for or the sender is gone (the `watch::Ref` is dropped
+/// inside, so the future stays `Send`).
+async fn stopped(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// `id:`, `event:` (the event's type) and `data:` lines of one event.
+fn frame(seq: u64, payload: &[u8]) -> String {
+    let text = String::from_utf8_lossy(payload);
+    let ty = serde_json::from_slice::<serde_json::Value>(payload)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
+        .filter(|t| t.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or_else(|| "message".to_string());
+    let mut out = format!("id: {seq}\nevent: {ty}\n");
+    // published events are one line; a newline would end the data field, so split on it
+    for line in text.split('\n') {
+        out.push_str("data: ");
+        out.push_str(line.strip_suffix('\r').unwrap_or(line));
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
+/// Writes and flushes within `limit`; a client that does not read for that long is an error.
+async fn send(write: &mut OwnedWriteHalf, bytes: &[u8], limit: Duration) -> std::io::Result<()> {
+    match tokio::time::timeout(limit, async {
+        write.write_all(bytes).await?;
+        write.flush().await
+    })
+    .await
+    {
+        Ok(done) => done,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client took no write within ui.write_timeout",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(head: &str) -> Request {
+        Request::parse(head).unwrap()
+    }
+
+    #[test]
+    fn last_event_id_wins_over_after_and_bad_values_are_400() {
+        let r = req("GET /v1/conversations/c/events?after=5 HTTP/1.1\r\nLast-Event-ID: 9\r\n\r\n");
+        assert_eq!(StreamRequest::of(&r).unwrap().after, 9);
+        let r = req("GET /v1/conversations/c/events?after=5&message=m1 HTTP/1.1\r\n\r\n");
+        assert_eq!(
+            StreamRequest::of(&r).unwrap(),
+            StreamRequest {
+                message: Some("m1".into()),
+                after: 5
+            }
+        );
+        for bad in [
+            "GET /e?after=-1 HTTP/1.1\r\n\r\n",
+            "GET /e?after=x HTTP/1.1\r\n\r\n",
+            "GET /e HTTP/1.1\r\nLast-Event-ID: abc\r\n\r\n",
+        ] {
+            let e = StreamRequest::of(&req(bad)).unwrap_err();
+            assert_eq!((e.status, e.code.as_str()), (400, "bad_after"), "{bad}");
+        }
+        let e = StreamRequest::of(&req("GET /e?format=nope HTTP/1.1\r\n\r\n")).unwrap_err();
+        assert_eq!(e.code, "bad_format");
+        let e = StreamRequest::of(&req("GET /e?message=a.b HTTP/1.1\r\n\r\n")).unwrap_err();
+        assert_eq!(e.code, "bad_message");
+    }
+
+    #[test]
+    fn a_frame_carries_the_sequence_the_type_and_the_event_unchanged() {
+        let event = br#"{"type":"tool_call.completed","event_id":"ev_1"}"#;
+        assert_eq!(
+            frame(42, event),
+            "id: 42\nevent: tool_call.completed\ndata: {\"type\":\"tool_call.completed\",\"event_id\":\"ev_1\"}\n\n"
+        );
+        assert_eq!(
+            frame(1, b"a\nb"),
+            "id: 1\nevent: message\ndata: a\ndata: b\n\n"
+        );
+    }
+}
