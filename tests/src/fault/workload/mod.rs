@@ -167,6 +167,12 @@ impl WorkloadSpec {
         }
     }
 
+    /// The same spec with every recording too.
+    pub fn with_recordings(mut self) -> WorkloadSpec {
+        self.recordings = true;
+        self
+    }
+
     /// A small workload without recordings, long streams or the huge argument (producer tests).
     pub fn small(tag: &str, seed: u64, messages: usize) -> WorkloadSpec {
         WorkloadSpec {
@@ -256,6 +262,7 @@ impl Workload {
         if spec.recordings {
             let root = crate::recordings_dir();
             let mut k = 0usize;
+            let mut answered_seen = 0usize;
             for provider in PROVIDERS {
                 for path in recordings_of(&root.join(provider))? {
                     let mut plan = recording_plan(&root, provider, &path)?;
@@ -263,17 +270,26 @@ impl Workload {
                     k += 1;
                     plan.delay = Duration::from_millis(rng.range(0, spread_ms * 9 / 10));
                     plan.spread = Duration::from_millis(rng.range(100, 2_000));
-                    // results for completed calls with a wire id; none for ai-sdk (its streams
-                    // carry their own results, and a second result would race with them)
-                    if provider != "ai-sdk" {
-                        for id in completed_wire_ids(&root, provider, &path)? {
-                            if rng.chance(spec.result_share) {
-                                plan.results.push(ResultPlan {
-                                    tool_call_id: id,
-                                    output: output(&mut rng),
-                                    before_call: rng.chance(spec.before_share),
-                                });
-                            }
+                    // results for completed calls with a wire id, also for some calls the
+                    // recording answers itself (MCP, server tools, AI SDK tool-result parts):
+                    // the provider's own result stands and the producer's is a
+                    // duplicate_result dead letter, whatever the order and any crash (the
+                    // reference expects both)
+                    for (id, answered) in completed_wire_ids(&root, provider, &path)? {
+                        // (every other call a recording answers gets one, so every workload
+                        // with recordings has such duplicates, whatever the seed)
+                        let publish = if answered {
+                            answered_seen += 1;
+                            answered_seen % 2 == 1
+                        } else {
+                            rng.chance(spec.result_share)
+                        };
+                        if publish {
+                            plan.results.push(ResultPlan {
+                                tool_call_id: id,
+                                output: output(&mut rng),
+                                before_call: rng.chance(spec.before_share),
+                            });
                         }
                     }
                     messages.push(plan);
@@ -446,5 +462,38 @@ impl Workload {
             Some(e) => Err(e),
             None => Ok(total),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bug this pins: the workload published no producer result for a call its recording
+    /// answers itself (from before `duplicate_result`), so the rule that the provider's own
+    /// result stands and the producer's is a dead letter was never exercised under faults.
+    #[test]
+    fn recordings_get_producer_results_also_for_calls_they_answer_themselves() {
+        let w = Workload::build(&WorkloadSpec::small("t", 7, 0).with_recordings()).unwrap();
+        let root = crate::recordings_dir();
+        let mut answered_with_producer_result = 0;
+        for provider in PROVIDERS {
+            for path in recordings_of(&root.join(provider)).unwrap() {
+                for (id, answered) in completed_wire_ids(&root, provider, &path).unwrap() {
+                    let published = w
+                        .messages
+                        .iter()
+                        .any(|m| m.results.iter().any(|r| r.tool_call_id == id));
+                    if answered && published {
+                        answered_with_producer_result += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            answered_with_producer_result >= 2,
+            "{answered_with_producer_result} call(s) answered by their recording got a producer \
+             result too"
+        );
     }
 }

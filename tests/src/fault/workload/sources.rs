@@ -50,13 +50,14 @@ pub(super) fn recording_plan(
     })
 }
 
-/// Wire ids of the calls the hand-written expectation of a recording says complete, less those
-/// the recording answers itself.
+/// Wire ids of the calls the hand-written expectation of a recording says complete, with
+/// whether the recording answers the call itself (a tool the provider ran: MCP, server tools,
+/// AI SDK `tool-result` parts, Bedrock `toolResult` blocks).
 pub(super) fn completed_wire_ids(
     root: &Path,
     provider: &str,
     path: &Path,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<(String, bool)>, String> {
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -67,9 +68,6 @@ pub(super) fn completed_wire_ids(
         .join(format!("{stem}.json"));
     let text = std::fs::read_to_string(&exp).map_err(|e| format!("read {}: {e}", exp.display()))?;
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", exp.display()))?;
-    // A call whose result the recording itself carries (a tool the provider ran: MCP, server
-    // tools, AI SDK tool-result parts) gets no result from the producer as well: a real
-    // producer does not answer a call the stream already answered.
     let answered: Vec<&str> = v["results"]
         .as_array()
         .map(|r| {
@@ -78,15 +76,14 @@ pub(super) fn completed_wire_ids(
                 .collect()
         })
         .unwrap_or_default();
-    let mut ids: Vec<String> = v["calls"]
+    let mut ids: Vec<(String, bool)> = v["calls"]
         .as_array()
         .map(|calls| {
             calls
                 .iter()
                 .filter(|c| c["status"] == "completed")
                 .filter_map(|c| c["id"].as_str())
-                .filter(|id| !answered.contains(id))
-                .map(str::to_string)
+                .map(|id| (id.to_string(), answered.contains(&id)))
                 .collect()
         })
         .unwrap_or_default();
