@@ -15,7 +15,7 @@ mod history_fixtures;
 
 use chunk_model::encode::HistoryFormat;
 use chunk_model::history::{render, HistoryOptions};
-use chunk_model::{CallStatus, MessageSnapshot, ToolResult};
+use chunk_model::{CallKind, CallStatus, MessageSnapshot, ToolResult};
 use history_fixtures::{call, cut_call, result, snapshot};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -166,7 +166,45 @@ fn histories() -> Vec<(&'static str, Vec<MessageSnapshot>)> {
             {"type": "thinking", "thinking": "", "signature": "c2ln", "before_call": 2}
         ]),
     );
+    // every call kind: a custom tool's free text (arguments a JSON string), a server tool with
+    // the provider's own result, an MCP call, a signed call with the model that made it
+    let patch = "*** Begin Patch\n*** Update File: src/lib.rs\n@@\n-old\n+new\n*** End Patch";
+    let mut kinds = snapshot(
+        "m8",
+        vec![
+            call("call_custom", "apply_patch", 0, json!(patch)),
+            call(
+                "srvtoolu_01",
+                "web_search",
+                1,
+                json!({"query": "tokio release"}),
+            ),
+            call(
+                "mcp_68c1a4",
+                "ask_question",
+                2,
+                json!({"repoName": "tokio-rs/tokio"}),
+            ),
+        ],
+        vec![
+            result("call_custom", "Done!"),
+            result(
+                "srvtoolu_01",
+                r#"[{"type":"web_search_result","url":"https://crates.io"}]"#,
+            ),
+            result("mcp_68c1a4", "The scheduler steals work."),
+        ],
+    );
+    kinds.calls[0].tool_call.raw_arguments = patch.to_string();
+    kinds.calls[0].tool_call.kind = CallKind::Custom;
+    kinds.calls[1].tool_call.kind = CallKind::ServerTool;
+    kinds.calls[2].tool_call.kind = CallKind::Mcp;
+    kinds.calls[1].tool_call.provider_metadata.extend([
+        ("thoughtSignature".to_string(), json!("c2ln")),
+        ("model".to_string(), json!("gemini-3-pro-preview")),
+    ]);
     vec![
+        ("call-kinds", vec![kinds]),
         ("thinking", vec![thinking.clone(), parallel.clone()]),
         ("signature-of-a-cut-call", vec![signed_cut]),
         (
