@@ -14,6 +14,7 @@
 //! id sent. A client that takes no write for `ui.write_timeout` is closed; it resumes with
 //! `Last-Event-ID`. Idle streams get a comment every `ui.heartbeat`.
 
+use super::formats::{self, Format, Translator};
 use super::{cors_headers, write_error, Api, ApiError, Request};
 use async_nats::jetstream;
 use futures::StreamExt;
@@ -29,25 +30,35 @@ pub(crate) struct StreamRequest {
     pub(crate) message: Option<String>,
     /// Resume strictly after this stream sequence (0 = from the start).
     pub(crate) after: u64,
+    /// The wire.
+    pub(crate) format: Format,
 }
 
 impl StreamRequest {
-    /// Reads `?message=`, `?after=` / `Last-Event-ID`, and refuses `?format=` values other
-    /// than `toolstream`.
+    /// Reads `?message=`, `?after=` / `Last-Event-ID` and `?format=` (`ai-sdk` and `ag-ui`
+    /// describe one message, so they need `?message=`).
     pub(crate) fn of(request: &Request) -> Result<StreamRequest, ApiError> {
-        if let Some(format) = request.query.get("format") {
-            if format != "toolstream" {
-                return Err(ApiError::new(
+        let format = match request.query.get("format") {
+            None => Format::Toolstream,
+            Some(f) => Format::parse(f).ok_or_else(|| {
+                ApiError::new(
                     400,
                     "bad_format",
-                    format!("format {format:?} is not served: use toolstream"),
-                ));
-            }
-        }
+                    format!("format {f:?} is not served: toolstream, ai-sdk or ag-ui"),
+                )
+            })?,
+        };
         let message = match request.query.get("message") {
             Some(m) => Some(super::id_param("message", m)?),
             None => None,
         };
+        if format != Format::Toolstream && message.is_none() {
+            return Err(ApiError::new(
+                400,
+                "message_required",
+                "formats ai-sdk and ag-ui stream one message: add ?message=<msg>",
+            ));
+        }
         let parse = |what: &str, v: &str| {
             v.trim().parse::<u64>().map_err(|_| {
                 ApiError::new(
@@ -62,7 +73,11 @@ impl StreamRequest {
             (_, Some(after)) => parse("after", after)?,
             _ => 0,
         };
-        Ok(StreamRequest { message, after })
+        Ok(StreamRequest {
+            message,
+            after,
+            format,
+        })
     }
 }
 
@@ -94,13 +109,26 @@ pub(crate) async fn serve(
         Ok(opened) => opened,
         Err(e) => return write_error(&mut stream, &e, cors).await,
     };
-    let head = format!(
+    let translator = Translator::new(
+        wanted.format,
+        conversation,
+        wanted.message.as_deref().unwrap_or_default(),
+    );
+    let mut head = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n\
-         Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n{}Connection: close\r\n\r\n\
+         Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n{}{}Connection: close\r\n\r\n\
          retry: 1000\n: toolstream events of {conversation} after {}\n\n",
         cors_headers(cors),
+        if wanted.format == Format::AiSdk {
+            "x-vercel-ai-ui-message-stream: v1\r\n"
+        } else {
+            ""
+        },
         wanted.after
     );
+    for part in translator.opening() {
+        head.push_str(&format!("data: {part}\n\n"));
+    }
     let (mut read, mut write) = stream.into_split();
     let write_timeout = api.config.write_timeout.get();
     send(&mut write, head.as_bytes(), write_timeout).await?;
@@ -110,6 +138,8 @@ pub(crate) async fn serve(
         write_timeout,
         last_sent: wanted.after,
         limited,
+        translator_format: wanted.format,
+        translator,
     };
     let outcome = session.pump(consumer_messages, &mut read).await;
     if let Err(e) = &outcome {
@@ -201,6 +231,9 @@ struct Session<'a> {
     last_sent: u64,
     /// The events stream can delete events on its own (limits).
     limited: bool,
+    /// Events into the client's format.
+    translator: Translator,
+    translator_format: Format,
 }
 
 impl Session<'_> {
@@ -252,10 +285,27 @@ impl Session<'_> {
                         if self.limited && seq > self.last_sent + 1 && !self.nothing_deleted().await? {
                             return Ok(());
                         }
-                        let frame = frame(seq, &message.payload);
+                        let frame = match self.translator_frames(seq, &message.payload).await {
+                            Ok(frame) => frame,
+                            Err(why) => {
+                                self.send_error("events_stream_error", &why).await?;
+                                return Ok(());
+                            }
+                        };
                         send(&mut self.write, frame.as_bytes(), self.write_timeout).await?;
                         self.last_sent = seq;
                         heartbeat.reset();
+                        if self.translator.done() {
+                            let mut end = String::new();
+                            for part in self.translator.closing() {
+                                end.push_str(&format!("data: {part}\n\n"));
+                            }
+                            if self.format() == Format::AiSdk {
+                                end.push_str("data: [DONE]\n\n");
+                            }
+                            send(&mut self.write, end.as_bytes(), self.write_timeout).await?;
+                            return Ok(());
+                        }
                     }
                 }
             }
@@ -299,14 +349,45 @@ impl Session<'_> {
         }
     }
 
-    /// An `error` event (no id: it is not an event of the stream), then the caller closes.
+    fn format(&self) -> Format {
+        self.translator_format
+    }
+
+    /// One event's frames in the client's format; a format other than `toolstream` reads the
+    /// whole event (fetched from the payload bucket when it was published by reference).
+    async fn translator_frames(&mut self, seq: u64, payload: &[u8]) -> Result<String, String> {
+        if self.format() == Format::Toolstream {
+            return Ok(frame(seq, payload));
+        }
+        let mut event: serde_json::Value = serde_json::from_slice(payload)
+            .map_err(|e| format!("event {seq} is not JSON ({e})"))?;
+        if let Some(reference) = event.get("payload_ref").cloned() {
+            let reference: chunk_model::PayloadRef = serde_json::from_value(reference)
+                .map_err(|e| format!("event {seq}: payload_ref ({e})"))?;
+            let whole = sink::payloads::fetch(&self.api.js, &reference)
+                .await
+                .map_err(|e| format!("event {seq} published by reference: {e}"))?;
+            event = serde_json::from_slice(&whole)
+                .map_err(|e| format!("event {seq} stored by reference is not JSON ({e})"))?;
+        }
+        let parts = self.translator.translate(&event);
+        Ok(formats::frames(seq, &parts))
+    }
+
+    /// An error (no id: it is not an event of the stream), then the caller closes: an `error`
+    /// event in `toolstream`, the format's own error part otherwise.
     async fn send_error(&mut self, code: &str, message: &str) -> anyhow::Result<()> {
-        let body = serde_json::json!({
-            "error": code,
-            "message": message,
-            "last_event_id": self.last_sent,
-        });
-        let text = format!("event: error\ndata: {body}\n\n");
+        let text = if self.format() == Format::Toolstream {
+            let body = serde_json::json!({
+                "error": code,
+                "message": message,
+                "last_event_id": self.last_sent,
+            });
+            format!("event: error\ndata: {body}\n\n")
+        } else {
+            let message = format!("{message} (last event id {})", self.last_sent);
+            format!("data: {}\n\n", self.translator.error(code, &message))
+        };
         send(&mut self.write, text.as_bytes(), self.write_timeout).await?;
         Ok(())
     }
@@ -370,7 +451,8 @@ mod tests {
             StreamRequest::of(&r).unwrap(),
             StreamRequest {
                 message: Some("m1".into()),
-                after: 5
+                after: 5,
+                format: Format::Toolstream,
             }
         );
         for bad in [
@@ -383,6 +465,10 @@ mod tests {
         }
         let e = StreamRequest::of(&req("GET /e?format=nope HTTP/1.1\r\n\r\n")).unwrap_err();
         assert_eq!(e.code, "bad_format");
+        let e = StreamRequest::of(&req("GET /e?format=ai-sdk HTTP/1.1\r\n\r\n")).unwrap_err();
+        assert_eq!(e.code, "message_required");
+        let r = req("GET /e?format=ag-ui&message=m HTTP/1.1\r\n\r\n");
+        assert_eq!(StreamRequest::of(&r).unwrap().format, Format::AgUi);
         let e = StreamRequest::of(&req("GET /e?message=a.b HTTP/1.1\r\n\r\n")).unwrap_err();
         assert_eq!(e.code, "bad_message");
     }

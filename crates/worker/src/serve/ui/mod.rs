@@ -11,9 +11,11 @@
 //! from the query service.
 //!
 //! The room: `mod.rs` (the request: route, query string, headers, auth, CORS, JSON errors),
-//! `events.rs` (the event stream), `snapshot.rs` (snapshot + offset).
+//! `events.rs` (the event stream), `formats.rs` (`?format=ai-sdk|ag-ui`), `snapshot.rs`
+//! (snapshot + offset).
 
 pub(crate) mod events;
+pub(crate) mod formats;
 pub(crate) mod snapshot;
 
 use crate::run::config::UiConfig;

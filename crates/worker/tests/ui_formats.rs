@@ -1,0 +1,267 @@
+//! `?format=ai-sdk` and `?format=ag-ui` against the real binary and a real nats-server, read by
+//! the real client libraries in Node (tests/ui-clients: `ai`'s `uiMessageChunkSchema` and
+//! `readUIMessageStream`, `@ag-ui/core`'s `EventSchemas`): a message with a completed call and
+//! its result, a completed call whose tool failed, and a call with broken JSON ends in the
+//! expected tool part states with the expected inputs and outputs. Also: on a loopback listener
+//! without `ui.token` the API needs no token. One server and one worker for the whole file.
+//!
+//! Needs Node 20+ and npm; without them the test fails saying so (never skipped).
+
+// A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod ops_support;
+mod ui_support;
+
+use common::Producer;
+use ops_support::OpsWorker;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use toolstream_testkit::{openai, NatsServer};
+use ui_support::request;
+
+const CONV: &str = "ui-formats";
+
+/// `target/ui-clients` with `npm ci` done for the current lockfile.
+fn ui_clients() -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/ui-clients");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let dir = target.join("ui-clients");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lock = std::fs::read(src.join("package-lock.json")).unwrap();
+    let installed = std::fs::read(dir.join("package-lock.json")).ok();
+    for f in ["package.json", "package-lock.json", "check.mjs"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let node = Command::new("node").arg("--version").output();
+    let node = node.unwrap_or_else(|e| {
+        panic!("node is required for the UI format tests (Debian: apt-get install nodejs npm): {e}")
+    });
+    let version = String::from_utf8_lossy(&node.stdout).to_string();
+    let major: u32 = version
+        .trim()
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    assert!(major >= 20, "Node 20 or later is required, found {version}");
+    let fresh = installed.as_deref() == Some(&lock[..]) && dir.join("node_modules/ai").exists();
+    if !fresh {
+        let out = Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("npm is required for the UI format tests (Debian: apt-get install npm): {e}")
+            });
+        assert!(
+            out.status.success(),
+            "npm ci in {} failed:\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
+/// Runs `node check.mjs <format>` on an SSE body; its JSON answer.
+fn check(dir: &Path, format: &str, body: &str) -> Value {
+    use std::io::Write;
+    let mut child = Command::new("node")
+        .args(["check.mjs", format])
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run node");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the {format} client refused the stream: {}\n--- body ---\n{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Publishes message `msg`: call 0 completes with `{"city":"Paris"}`, call 1 completes with
+/// `{"q":1}`, call 2 has broken JSON; then a result for 0 and a failed result for 1.
+async fn publish(producer: &Producer, msg: &str) {
+    let mut chunks = vec![openai::role_chunk()];
+    chunks.push(openai::call_start(0, "call_ok", "get_weather"));
+    chunks.push(openai::args_chunk(0, "{\"city\":"));
+    chunks.push(openai::args_chunk(0, "\"Paris\"}"));
+    chunks.push(openai::call_start(1, "call_fails", "search"));
+    chunks.push(openai::args_chunk(1, "{\"q\":1}"));
+    chunks.push(openai::call_start(2, "call_bad", "book"));
+    chunks.push(openai::args_chunk(2, "{\"date\": 2026-12-01}"));
+    chunks.push(openai::finish_chunk("tool_calls"));
+    chunks.push(openai::DONE.to_vec());
+    for (seq, c) in chunks.iter().enumerate() {
+        producer
+            .chunk(CONV, msg, "openai-chat", seq as u64, c)
+            .await;
+    }
+    producer.result(CONV, msg, 0, "call_ok", "18°C").await;
+    let failed =
+        json!({"tool_call_id": "call_fails", "output": "search is down", "is_error": true});
+    producer
+        .publish(
+            &format!("toolstream.results.{CONV}.{msg}"),
+            async_nats::HeaderMap::new(),
+            &format!("{CONV}:{msg}:rfail"),
+            failed.to_string().as_bytes(),
+        )
+        .await;
+}
+
+/// The whole body of a stream that ends by itself (the message is done).
+async fn body(port: u16, path: &str) -> (ui_support::Head, String) {
+    let (head, body) =
+        tokio::time::timeout(Duration::from_secs(60), request(port, "GET", path, &[]))
+            .await
+            .expect("the stream ends once the message is done");
+    assert_eq!(head.status, 200, "{path}: {body}");
+    (head, body)
+}
+
+#[tokio::test]
+async fn ai_sdk_and_ag_ui_streams_are_read_by_the_real_client_libraries() {
+    let clients = tokio::task::spawn_blocking(ui_clients);
+    let server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    // loopback and no [ui] token: no authentication needed
+    let worker = OpsWorker::start(&server.url(), &dir.path().join("data"));
+    worker.wait_status("/healthz", 200).await;
+    let port = worker.metrics_port;
+    let client = common::client(&server.url()).await;
+    let js = async_nats::jetstream::new(client.clone());
+    let producer = Producer::new(js.clone());
+    publish(&producer, "m1").await;
+    let clients = clients.await.unwrap();
+
+    // --- ai-sdk ---------------------------------------------------------------------------
+    let (head, sse) = body(
+        port,
+        &format!("/v1/conversations/{CONV}/events?message=m1&format=ai-sdk"),
+    )
+    .await;
+    assert_eq!(head.header("x-vercel-ai-ui-message-stream"), Some("v1"));
+    let read = check(&clients, "ai-sdk", &sse);
+    assert_eq!(read["done"], true, "ends with [DONE]");
+    let message = &read["message"];
+    assert_eq!(message["id"], "m1");
+    let tools: Vec<&Value> = message["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"].as_str().unwrap().starts_with("tool-"))
+        .collect();
+    let part = |id: &str| {
+        *tools
+            .iter()
+            .find(|p| p["toolCallId"] == id)
+            .unwrap_or_else(|| panic!("no part for {id}: {message}"))
+    };
+    assert_eq!(tools.len(), 3, "{message}");
+    assert_eq!(part("call_ok")["type"], "tool-get_weather");
+    assert_eq!(part("call_ok")["state"], "output-available");
+    assert_eq!(part("call_ok")["input"], json!({"city": "Paris"}));
+    assert_eq!(part("call_ok")["output"], "18°C");
+    assert_eq!(part("call_fails")["state"], "output-error");
+    assert_eq!(part("call_fails")["input"], json!({"q": 1}));
+    assert_eq!(part("call_fails")["errorText"], "search is down");
+    assert_eq!(part("call_bad")["state"], "output-error", "{message}");
+    assert_eq!(part("call_bad")["rawInput"], "{\"date\": 2026-12-01}");
+    assert!(part("call_bad")["errorText"]
+        .as_str()
+        .unwrap()
+        .contains("invalid_json"));
+
+    // --- ag-ui ----------------------------------------------------------------------------
+    let (_, sse) = body(
+        port,
+        &format!("/v1/conversations/{CONV}/events?message=m1&format=ag-ui"),
+    )
+    .await;
+    let read = check(&clients, "ag-ui", &sse);
+    let events = read["events"].as_array().unwrap();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"RUN_STARTED"));
+    assert_eq!(types.last(), Some(&"RUN_FINISHED"));
+    let of = |id: &str| -> Vec<&Value> {
+        events
+            .iter()
+            .filter(|e| e["toolCallId"] == id || e["value"]["toolCallId"] == id)
+            .collect()
+    };
+    let kinds = |id: &str| -> Vec<String> {
+        of(id)
+            .iter()
+            .map(|e| e["type"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        kinds("call_ok"),
+        [
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "TOOL_CALL_RESULT"
+        ]
+    );
+    let args: String = of("call_ok")
+        .iter()
+        .filter(|e| e["type"] == "TOOL_CALL_ARGS")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        serde_json::from_str::<Value>(&args).unwrap(),
+        json!({"city": "Paris"})
+    );
+    assert_eq!(of("call_ok")[3]["content"], "18°C");
+    assert_eq!(
+        kinds("call_fails"),
+        [
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "TOOL_CALL_RESULT",
+            "CUSTOM"
+        ]
+    );
+    assert_eq!(
+        kinds("call_bad"),
+        [
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "CUSTOM"
+        ]
+    );
+    let custom = of("call_bad")[3];
+    assert_eq!(custom["name"], "toolstream.tool_call.invalid");
+    assert_eq!(custom["value"]["reason"], "invalid_json");
+
+    // a format needs one message
+    let (head, _) = request(
+        port,
+        "GET",
+        &format!("/v1/conversations/{CONV}/events?format=ai-sdk"),
+        &[],
+    )
+    .await;
+    assert_eq!(head.status, 400);
+}
