@@ -195,6 +195,7 @@ pub fn render(
                         name: &c.name,
                         arguments: &c.arguments,
                         metadata: meta.as_ref(),
+                        kind: c.kind,
                         send_item_id: options.send_item_ids,
                     })
                     .collect();
@@ -217,6 +218,7 @@ pub fn render(
                         id_sent: !is_synthetic(a.call),
                         output: a.output.clone(),
                         is_error: a.is_error,
+                        kind: a.call.kind,
                     })
                     .collect();
                 encode_results(target, &enc)

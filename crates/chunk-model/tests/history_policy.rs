@@ -403,3 +403,54 @@ fn default_build_counts_with_the_o200k_tokenizer() {
         chunk_model::history::tokens::count(&payload).0
     );
 }
+
+/// The bug this pins: a Responses `custom_tool_call` (free-form input, e.g. `apply_patch`) went
+/// back as a `function_call` whose `arguments` were its text JSON-quoted, a call of another
+/// type than the custom tool the model made. It goes back as the item it came as.
+#[test]
+fn a_custom_call_goes_back_to_responses_as_a_custom_tool_call_with_its_text() {
+    let patch = "*** Begin Patch\n*** Update File: a.rs\n@@\n-x\n+y\n*** End Patch";
+    let mut s = snapshot(
+        "m1",
+        vec![
+            call("call_p", "apply_patch", 0, json!(patch)),
+            call("call_f", "get_time", 1, json!({"tz": "CET"})),
+        ],
+        vec![result("call_p", "Done!"), result("call_f", "12:00")],
+    );
+    s.calls[0].tool_call.raw_arguments = patch.to_string();
+    s.calls[0].tool_call.kind = chunk_model::CallKind::Custom;
+    let snaps = vec![s];
+    let h = render(&snaps, HistoryFormat::OpenaiResponses, &opts()).unwrap();
+    let types: Vec<&str> = h
+        .messages
+        .iter()
+        .map(|m| m["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "custom_tool_call",
+            "function_call",
+            "custom_tool_call_output",
+            "function_call_output"
+        ]
+    );
+    assert_eq!(
+        h.messages[0]["input"], patch,
+        "the text itself, never JSON-quoted"
+    );
+    assert_eq!(h.messages[0]["call_id"], "call_p");
+    assert_eq!(h.messages[2]["call_id"], "call_p");
+    // read back: the same custom call and its result
+    let parsed =
+        chunk_model::encode::parse_history(HistoryFormat::OpenaiResponses, &h.messages).unwrap();
+    let back = &parsed[0];
+    assert_eq!(back.calls[0].tool_call.kind, chunk_model::CallKind::Custom);
+    assert_eq!(back.calls[0].tool_call.raw_arguments, patch);
+    assert_eq!(back.calls[0].status, CallStatus::Completed);
+    assert_eq!(back.tool_results[0].output, "Done!");
+    // formats without custom tools keep it a function call
+    let chat = render(&snaps, HistoryFormat::OpenaiChat, &opts()).unwrap();
+    assert_eq!(chat.messages[0]["tool_calls"][0]["type"], "function");
+}

@@ -36,6 +36,7 @@ pub mod parse;
 pub use ids::{IdMap, IdRule};
 pub use parse::HistoryParseError;
 
+use crate::call::CallKind;
 use crate::provider::Provider;
 use crate::snapshot::MessageSnapshot;
 use serde::{Deserialize, Serialize};
@@ -248,6 +249,9 @@ pub struct EncCall<'a> {
     pub arguments: &'a Value,
     /// The call's provider metadata (signatures, item ids, synthetic flag).
     pub metadata: &'a Map<String, Value>,
+    /// The kind of call (the Responses target renders a `custom` call as the
+    /// `custom_tool_call` item it came as; other formats know only function calls).
+    pub kind: CallKind,
     /// Responses only: send the stored item id (`fc_…`) as the item `id`. Off in the history
     /// policy by default, see [`crate::history::HistoryOptions::send_item_ids`].
     pub send_item_id: bool,
@@ -286,6 +290,9 @@ pub struct EncResult<'a> {
     pub output: String,
     /// Whether the tool reported failure.
     pub is_error: bool,
+    /// The kind of the call it answers (a `custom` call's result is a Responses
+    /// `custom_tool_call_output`).
+    pub kind: CallKind,
 }
 
 /// Renders one assistant turn: optional text (notes about cut calls) and its calls.

@@ -4,7 +4,13 @@
 //! {"type":"function_call","call_id":"call_1","name":"get_weather",
 //!  "arguments":"{\"city\":\"Paris\"}","id":"fc_1"}
 //! {"type":"function_call_output","call_id":"call_1","output":"18°C"}
+//! {"type":"custom_tool_call","call_id":"call_2","name":"apply_patch","input":"*** Begin Patch…"}
+//! {"type":"custom_tool_call_output","call_id":"call_2","output":"Done!"}
 //! ```
+//!
+//! A `custom` call (free-form input) goes back as the `custom_tool_call` item it came as, its
+//! input the text itself, and its result as a `custom_tool_call_output`; every other kind is a
+//! `function_call`.
 //!
 //! The consumer id is `call_id`; the item `id` is sent only when asked
 //! ([`EncCall::send_item_id`]) and the stored `provider_metadata.item_id` fits (an `fc_…` id of
@@ -17,7 +23,7 @@
 
 use super::parse::{content_text, str_at, Builder, HistoryParseError};
 use super::{EncCall, EncResult, HistoryFormat, Role, META_ITEM_ID};
-use crate::call::ToolResult;
+use crate::call::{CallKind, ToolResult};
 use crate::snapshot::MessageSnapshot;
 use serde_json::{json, Map, Value};
 
@@ -44,6 +50,20 @@ pub fn calls(text: Option<&str>, calls: &[EncCall<'_>]) -> Vec<Value> {
         out.push(self::text(Role::Assistant, t));
     }
     for c in calls {
+        if c.kind == CallKind::Custom {
+            // free-form input, sent back as the text it was (never JSON-quoted)
+            let input = match c.arguments {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            out.push(json!({
+                "type": "custom_tool_call",
+                "call_id": c.id,
+                "name": c.name,
+                "input": input,
+            }));
+            continue;
+        }
         let mut item = json!({
             "type": "function_call",
             "call_id": c.id,
@@ -58,11 +78,18 @@ pub fn calls(text: Option<&str>, calls: &[EncCall<'_>]) -> Vec<Value> {
     out
 }
 
-/// One `function_call_output` item per result, in call order.
+/// One `function_call_output` item per result (`custom_tool_call_output` for a custom call's),
+/// in call order.
 pub fn results(results: &[EncResult<'_>]) -> Vec<Value> {
     results
         .iter()
-        .map(|r| json!({"type": "function_call_output", "call_id": r.id, "output": r.output}))
+        .map(|r| {
+            let ty = match r.kind {
+                CallKind::Custom => "custom_tool_call_output",
+                _ => "function_call_output",
+            };
+            json!({"type": ty, "call_id": r.id, "output": r.output})
+        })
         .collect()
 }
 
@@ -101,7 +128,24 @@ pub fn parse(items: &[Value]) -> Result<Vec<MessageSnapshot>, HistoryParseError>
                 }
                 b.push_call_raw(Some(call_id.to_string()), name.to_string(), raw, meta);
             }
-            Some("function_call_output") => {
+            Some("custom_tool_call") => {
+                if !previous_was_call {
+                    b.start_turn();
+                }
+                let call_id = str_at(item, "call_id")
+                    .ok_or_else(|| HistoryParseError::bad_field(FORMAT, i, "call_id", item))?;
+                let name = str_at(item, "name")
+                    .ok_or_else(|| HistoryParseError::bad_field(FORMAT, i, "name", item))?;
+                let input = str_at(item, "input")
+                    .ok_or_else(|| HistoryParseError::bad_field(FORMAT, i, "input", item))?;
+                b.push_call_custom(
+                    Some(call_id.to_string()),
+                    name.to_string(),
+                    input.to_string(),
+                    Map::new(),
+                );
+            }
+            Some("function_call_output") | Some("custom_tool_call_output") => {
                 let call_id = str_at(item, "call_id")
                     .ok_or_else(|| HistoryParseError::bad_field(FORMAT, i, "call_id", item))?;
                 let output = content_text(item.get("output").unwrap_or(&Value::Null));
@@ -116,7 +160,7 @@ pub fn parse(items: &[Value]) -> Result<Vec<MessageSnapshot>, HistoryParseError>
             }
             _ => {}
         }
-        previous_was_call = kind == Some("function_call");
+        previous_was_call = matches!(kind, Some("function_call" | "custom_tool_call"));
     }
     Ok(b.finish())
 }

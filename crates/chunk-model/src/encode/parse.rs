@@ -119,6 +119,29 @@ impl Builder {
         self.push(id, name, arguments, raw, metadata, status, reason);
     }
 
+    /// Adds a custom tool call (free-form input, never parsed: its arguments are the text as a
+    /// JSON string, as the assembler keeps a completed custom call).
+    pub fn push_call_custom(
+        &mut self,
+        id: Option<String>,
+        name: String,
+        input: String,
+        metadata: Map<String, Value>,
+    ) {
+        self.push(
+            id,
+            name,
+            Value::String(input.clone()),
+            input,
+            metadata,
+            CallStatus::Completed,
+            None,
+        );
+        if let Some(call) = self.turns.last_mut().and_then(|t| t.calls.last_mut()) {
+            call.tool_call.kind = crate::call::CallKind::Custom;
+        }
+    }
+
     /// Adds a call with object arguments (object-argument formats).
     pub fn push_call_value(
         &mut self,
