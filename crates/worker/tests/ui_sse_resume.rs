@@ -2,7 +2,8 @@
 //! real nats-server: a client whose connection is cut mid-stream, and separately one whose
 //! worker is SIGKILLed and restarted, resumes with `Last-Event-ID` and sees every event of the
 //! conversation on the events stream exactly once, in stream order, byte for byte, each with
-//! its stream sequence as its SSE id. One server and one worker for the whole file.
+//! its stream sequence as its SSE id; and so does one that resumes on a second worker. One
+//! server for the whole file.
 
 // A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -165,6 +166,56 @@ async fn a_client_resumes_with_last_event_id_after_a_cut_and_after_a_worker_sigk
         everything,
         "across a SIGKILL and a restart: every event once, in order"
     );
+
+    // --- a second worker serves the reconnect ------------------------------------------------
+    // (its own consumer and store: it assembles every input again, and the events stream drops
+    // its re-publications by Nats-Msg-Id; it serves the stream from the same sequences)
+    let config2 = dir.path().join("ui2.toml");
+    std::fs::write(&config2, format!("[ui]\ntoken = \"{TOKEN}\"\n")).unwrap();
+    let other = OpsWorker::start_with(
+        &server.url(),
+        &dir.path().join("data2"),
+        &[
+            "--config",
+            config2.to_str().unwrap(),
+            "--consumer",
+            "second",
+        ],
+    );
+    other.wait_status("/healthz", 200).await;
+    publish_message(&producer, "m6").await;
+    let six = ["m1", "m2", "m3", "m4", "m5", "m6"];
+    let all6 = published(&mut events, &worker, &six).await;
+    let cut_at = all6[everything.len()].0; // m6's first event
+    frames.extend(sse.until_id(cut_at, READ).await);
+    drop(sse); // the client leaves the first worker mid-message
+    let resume = format!("Last-Event-ID: {cut_at}");
+    let mut sse = Sse::open(other.metrics_port, &path, TOKEN, &[&resume]).await;
+    frames.extend(sse.until_id(all6.last().unwrap().0, READ).await);
+    assert_eq!(
+        seen(&frames),
+        all6,
+        "resumed on another worker: every event once, in order"
+    );
+    // the second worker's re-publications of all six messages added nothing to the stream
+    common::wait_settled(&js, "second").await.unwrap();
+    let published_by_second = common::eventually_async(WAIT, || async {
+        let (_, body) = other.get("/metrics").await.ok()?;
+        let depth = ops_support::sample(&body, "toolstream_outbox_depth")?;
+        let out = ops_support::sample(&body, "toolstream_events_out_total")?;
+        (depth == 0.0 && out > 0.0).then_some(out)
+    })
+    .await
+    .expect("the second worker published its events");
+    assert!(published_by_second >= all6.len() as f64);
+    events.poll().await;
+    let ids: Vec<String> = events
+        .all
+        .iter()
+        .map(|r| r.json()["event_id"].as_str().unwrap().to_string())
+        .collect();
+    let unique: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "no event twice on the stream");
     drop(sse);
     let _ = worker.terminate();
 }
