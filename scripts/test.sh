@@ -81,8 +81,16 @@ log "cargo clippy (the shipped build: libraries and binaries, no failpoints)"
 cargo clippy -p toolstream -p sink --lib --bins -- -D warnings \
   || die "clippy found problems in the shipped build (above)"
 
-log "cargo test (all crates, all tests)"
-cargo test --workspace --all-targets --no-fail-fast
+# The tests: with cargo-nextest when it is there (every test in its own process, several at once
+# across binaries, groups in .config/nextest.toml for what tests share), else cargo test (one
+# binary after the other: the same tests, slower). Both run every test; nothing is skipped.
+if cargo nextest --version >/dev/null 2>&1; then
+  log "cargo nextest run (all crates, all tests; .config/nextest.toml)"
+  cargo nextest run --workspace --all-targets --no-fail-fast
+else
+  log "cargo-nextest not found: running the tests with cargo test, one binary after the other (slower; 'cargo install cargo-nextest --locked' makes the suite faster)"
+  cargo test --workspace --all-targets --no-fail-fast
+fi
 
 log "doc tests"
 cargo test --workspace --doc

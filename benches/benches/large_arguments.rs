@@ -11,6 +11,10 @@
 //! 1–4 byte cases, each with an empty argument fragment. (T(frag_1to4) − T(baseline_empty))
 //! / bytes is what appending the text itself costs per byte, comparable with the 4 KiB case.
 //! Run: `cargo bench -p toolstream-benches --bench large_arguments`.
+//!
+//! Under `cargo test` / `cargo nextest` (criterion's test mode: every case run once, in the
+//! unoptimized test build, without `--bench`) the cases are 16 KiB: the 1 MiB ones took about
+//! two minutes each there and only show that the bench still runs.
 
 use assembler::{Config, Input, InputKind, Seq, Store};
 use chunk_model::Provider;
@@ -81,8 +85,13 @@ fn bench(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(20));
     let mut n = 0u64;
     let mut cases = Vec::new();
+    let totals: &[usize] = if std::env::args().any(|a| a == "--bench") {
+        &[256 * 1024, 1024 * 1024]
+    } else {
+        &[16 * 1024]
+    };
     for (label, sizes) in [("frag_1to4", vec![1, 2, 3, 4]), ("frag_4k", vec![4096])] {
-        for total in [256 * 1024, 1024 * 1024] {
+        for &total in totals {
             let bodies = chunks(total, &sizes);
             let id = format!("{}KiB_{}chunks", total / 1024, bodies.len());
             if label == "frag_1to4" {

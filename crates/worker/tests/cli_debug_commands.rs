@@ -387,7 +387,7 @@ async fn inspect_locates_where_an_invalid_call_breaks_and_query_answers_from_the
         .await;
     let url = s.server.url();
     let inspect = |extra: &[&str]| {
-        let mut a = argv(&["inspect", "--nats-url", &url]);
+        let mut a = argv(&["inspect", "--nats-url", &url, "--timeout", "30s"]);
         a.extend(argv(extra));
         toolstream(a)
     };
@@ -476,7 +476,9 @@ async fn inspect_locates_where_an_invalid_call_breaks_and_query_answers_from_the
 
     // query message / history
     let query = |extra: &[&str]| {
-        let mut a = argv(&["query", "--nats-url", &url]);
+        // the answers are checked here, not how fast they come on a loaded machine (the
+        // default 5 s ran out once in a parallel CI run)
+        let mut a = argv(&["query", "--nats-url", &url, "--timeout", "30s"]);
         a.extend(argv(extra));
         toolstream(a)
     };
@@ -638,7 +640,17 @@ async fn record_replay_diff_and_inspect_work_behind_the_partition_mapping() {
         text(&out.stdout),
         text(&out.stderr)
     );
-    let out = toolstream(argv(&["inspect", "--nats-url", &url, "c1", "m2", "--json"])).await;
+    let out = toolstream(argv(&[
+        "inspect",
+        "--nats-url",
+        &url,
+        "--timeout",
+        "30s",
+        "c1",
+        "m2",
+        "--json",
+    ]))
+    .await;
     assert!(out.status.success(), "inspect: {}", text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
