@@ -17,58 +17,13 @@ mod ui_support;
 use common::Producer;
 use ops_support::OpsWorker;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use toolstream_testkit::{openai, NatsServer};
-use ui_support::request;
+use ui_support::{request, ui_clients};
 
 const CONV: &str = "ui-formats";
-
-/// `target/ui-clients` with `npm ci` done for the current lockfile.
-fn ui_clients() -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/ui-clients");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let dir = target.join("ui-clients");
-    std::fs::create_dir_all(&dir).unwrap();
-    let lock = std::fs::read(src.join("package-lock.json")).unwrap();
-    let installed = std::fs::read(dir.join("package-lock.json")).ok();
-    for f in ["package.json", "package-lock.json", "check.mjs"] {
-        std::fs::copy(src.join(f), dir.join(f)).unwrap();
-    }
-    let node = Command::new("node").arg("--version").output();
-    let node = node.unwrap_or_else(|e| {
-        panic!("node is required for the UI format tests (Debian: apt-get install nodejs npm): {e}")
-    });
-    let version = String::from_utf8_lossy(&node.stdout).to_string();
-    let major: u32 = version
-        .trim()
-        .trim_start_matches('v')
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(0);
-    assert!(major >= 20, "Node 20 or later is required, found {version}");
-    let fresh = installed.as_deref() == Some(&lock[..]) && dir.join("node_modules/ai").exists();
-    if !fresh {
-        let out = Command::new("npm")
-            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("npm is required for the UI format tests (Debian: apt-get install npm): {e}")
-            });
-        assert!(
-            out.status.success(),
-            "npm ci in {} failed:\n{}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    dir
-}
 
 /// Runs `node check.mjs <format>` on an SSE body; its JSON answer.
 fn check(dir: &Path, format: &str, body: &str) -> Value {

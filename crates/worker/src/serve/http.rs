@@ -1,7 +1,8 @@
 //! The worker's HTTP listener: a minimal HTTP/1.1 server on tokio with the operations routes,
 //! `GET /metrics` (Prometheus text format, see [`crate::serve::metrics::Metrics::render`]) and
 //! `GET /healthz` (200 when connected to NATS and the store is open, 503 otherwise), and the
-//! HTTP API for UIs under `/v1/` ([`crate::serve::ui`], when `ui.enabled`).
+//! HTTP API for UIs under `/v1/` and the live page at `/ui/` ([`crate::serve::ui`], when
+//! `ui.enabled`).
 //!
 //! Hand-rolled on purpose: a few fixed routes, one response per connection (`Connection: close`),
 //! request heads capped at [`MAX_HEAD`] bytes and read under [`READ_TIMEOUT`]. A web framework
@@ -180,10 +181,21 @@ async fn handle<G: StoreGauges>(mut stream: TcpStream, state: State<G>) -> std::
             return write_response(&mut stream, resp, false).await;
         }
     };
-    if path.starts_with("/v1/") {
-        if let Some(ui) = &state.ui {
+    if let Some(ui) = &state.ui {
+        if path.starts_with("/v1/") {
             let ui = Arc::clone(ui);
             return ui.handle(stream, &head).await;
+        }
+        let bare = path.split('?').next().unwrap_or(path);
+        if bare == "/ui/" || bare == "/ui" {
+            // the live page: static, no data in it (it asks /v1 with the user's token)
+            let resp = Response {
+                status: 200,
+                reason: "OK",
+                content_type: "text/html; charset=utf-8",
+                body: crate::serve::ui::PAGE.to_string(),
+            };
+            return write_response(&mut stream, resp, method == "HEAD").await;
         }
     }
     let head_only = method == "HEAD";

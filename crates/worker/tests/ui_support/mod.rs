@@ -2,6 +2,8 @@
 //! and a Server-Sent Events reader that keeps what it read in frames, exactly as sent.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -211,4 +213,49 @@ impl Sse {
             }
         }
     }
+}
+
+/// `target/ui-clients` with `npm ci` done for the current lockfile.
+pub fn ui_clients() -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/ui-clients");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let dir = target.join("ui-clients");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lock = std::fs::read(src.join("package-lock.json")).unwrap();
+    let installed = std::fs::read(dir.join("package-lock.json")).ok();
+    for f in ["package.json", "package-lock.json", "check.mjs", "page.mjs"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let node = Command::new("node").arg("--version").output();
+    let node = node.unwrap_or_else(|e| {
+        panic!("node is required for the UI format tests (Debian: apt-get install nodejs npm): {e}")
+    });
+    let version = String::from_utf8_lossy(&node.stdout).to_string();
+    let major: u32 = version
+        .trim()
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    assert!(major >= 20, "Node 20 or later is required, found {version}");
+    let fresh = installed.as_deref() == Some(&lock[..]) && dir.join("node_modules/ai").exists();
+    if !fresh {
+        let out = Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("npm is required for the UI format tests (Debian: apt-get install npm): {e}")
+            });
+        assert!(
+            out.status.success(),
+            "npm ci in {} failed:\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
 }

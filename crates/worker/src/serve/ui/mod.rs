@@ -3,6 +3,7 @@
 //!
 //! - `GET /v1/conversations/{conv}/events` — Server-Sent Events of the conversation's events,
 //!   read from the events stream (any worker serves any conversation); [`events`].
+//! - `GET /ui/` — a live page over the event stream ([`PAGE`]).
 //! - `GET /v1/conversations/{conv}/messages/{msg}` — the stored snapshot (the query service's
 //!   answer, asked over NATS so the partition that holds it answers) with the `offset` of the
 //!   last event it reflects; [`snapshot`].
@@ -26,6 +27,11 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
+
+/// The live page served at `/ui/` (plain HTML and JavaScript, no build step): it follows a
+/// conversation's event stream, resumes after a dropped connection, and shows the same after a
+/// reload (the stream is replayed from its start).
+pub const PAGE: &str = include_str!("page.html");
 
 /// What the `/v1` routes need; one per worker, shared by every connection.
 pub struct Api {
