@@ -220,13 +220,15 @@ pub async fn run(
 
     let t0 = Instant::now();
     let mut producers = Vec::with_capacity(streams.len());
+    let conversations = streams.len().max(1);
     for (c, conv_streams) in streams.iter().enumerate() {
         let js = js.clone();
         let conv_streams = Arc::clone(conv_streams);
         let interval = args.chunk_interval;
         let in_flight = args.in_flight.max(1);
         producers.push(tokio::spawn(async move {
-            produce(js, c, conv_streams, interval, in_flight).await
+            let phase = interval.mul_f64(c as f64 / conversations as f64);
+            produce(js, c, conv_streams, interval, phase, in_flight).await
         }));
     }
     let mut finish_times = FinishTimes::new();
@@ -290,14 +292,19 @@ async fn produce(
     conv: usize,
     streams: Arc<Vec<streams::Stream>>,
     interval: Duration,
+    phase: Duration,
     in_flight: usize,
 ) -> anyhow::Result<FinishTimes> {
     let conv_id = format!("conv-{conv}");
     let mut finish = FinishTimes::new();
     let mut pending = FuturesUnordered::new();
     // Paced on a schedule (not sleep-after-publish), so the offered rate does not drift down
-    // by the time each publish takes.
-    let mut next_at = Instant::now();
+    // by the time each publish takes; conversation `conv` of K starts `conv/K` of an interval
+    // late, so the K streams' chunks are spread over the interval, not sent in K-sized bursts
+    // (with every stream in step, all K call-ending chunks arrived at once and the latency
+    // measured was that of a K-message burst).
+    let mut next_at = Instant::now() + phase;
+    tokio::time::sleep_until(next_at).await;
     for (m, stream) in streams.iter().enumerate() {
         let msg_id = format!("c{conv}m{m}");
         let subject =

@@ -41,7 +41,11 @@ impl Worker {
         extra: &[String],
     ) -> anyhow::Result<Worker> {
         let metrics_port = toolstream_testkit::free_port();
-        let log = dir.join("worker.log");
+        // THROUGHPUT_WORKER_LOG keeps the worker's log past the run (with RUST_LOG, to see
+        // where time goes)
+        let log = std::env::var_os("THROUGHPUT_WORKER_LOG")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| dir.join("worker.log"));
         let log_file = std::fs::File::create(&log).context("worker log")?;
         let child = Command::new(bin)
             .arg("run")
