@@ -41,6 +41,21 @@ impl Store {
 mod tests {
     use super::*;
 
+    /// Retries `open` while a just-dropped handle still holds sled's file lock (sled lets go
+    /// of it when its background threads drop the database; found failing under a parallel
+    /// test run, like `tests/common::reopen` in the integration tests).
+    fn retry<T>(mut open: impl FnMut() -> Result<T, StoreError>) -> T {
+        let mut last = None;
+        for _ in 0..200 {
+            match open() {
+                Ok(v) => return v,
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("cannot reopen the store: {last:?}");
+    }
+
     #[test]
     fn a_directory_without_a_store_is_not_made_into_one() {
         let dir = tempfile::tempdir().unwrap();
@@ -59,13 +74,12 @@ mod tests {
             assert_eq!(store.begin_attempt(42).unwrap(), 0);
             // the process "stops" here: the note stays
         }
-        let store = Store::open_to_inspect(dir.path(), Config::default())
-            .unwrap()
-            .expect("a store");
+        let store =
+            retry(|| Store::open_to_inspect(dir.path(), Config::default())).expect("a store");
         assert!(store.conversation("c").unwrap().is_empty());
         drop(store);
         // the worker's next start counts the stop once, as if inspect had never looked
-        let store = Store::open(dir.path(), Config::default()).unwrap();
+        let store = retry(|| Store::open(dir.path(), Config::default()));
         assert_eq!(store.begin_attempt(42).unwrap(), 1);
     }
 }
