@@ -14,13 +14,44 @@ pub(crate) fn subjects() -> Subjects {
     Subjects::new("toolstream")
 }
 
-/// A storage whose first `failures` commits fail, like a disk that recovers.
-struct FlakyStorage {
-    inner: assembler::storage::memory::MemoryStorage,
-    failures: std::sync::atomic::AtomicU32,
+/// Holds every flush while closed: a disk that takes its time to fsync.
+#[derive(Default)]
+pub(crate) struct FlushGate {
+    closed: std::sync::Mutex<bool>,
+    changed: std::sync::Condvar,
+    /// Flushes that have returned.
+    pub(crate) flushes: std::sync::atomic::AtomicU64,
 }
 
-impl assembler::storage::Storage for FlakyStorage {
+impl FlushGate {
+    /// Flushes wait from now on.
+    pub(crate) fn close(&self) {
+        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    }
+
+    /// Waiting flushes go on, and later ones do not wait.
+    pub(crate) fn open(&self) {
+        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        self.changed.notify_all();
+    }
+
+    fn pass(&self) {
+        let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+        while *closed {
+            closed = self.changed.wait(closed).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// A memory storage with faults on demand: its first `failures` commits fail (a disk that
+/// recovers), and its flushes wait at `gate` while it is closed (a slow fsync).
+struct FaultyStorage {
+    inner: assembler::storage::memory::MemoryStorage,
+    failures: std::sync::atomic::AtomicU32,
+    gate: std::sync::Arc<FlushGate>,
+}
+
+impl assembler::storage::Storage for FaultyStorage {
     fn get(
         &self,
         space: assembler::storage::Space,
@@ -61,84 +92,6 @@ impl assembler::storage::Storage for FlakyStorage {
         self.inner.remove(space, key)
     }
     fn flush(&self) -> Result<(), StoreError> {
-        self.inner.flush()
-    }
-}
-
-pub(crate) fn flaky_store(failures: u32) -> Store {
-    let storage = FlakyStorage {
-        inner: assembler::storage::memory::MemoryStorage::new(),
-        failures: std::sync::atomic::AtomicU32::new(failures),
-    };
-    Store::with_storage(std::sync::Arc::new(storage), assembler::Config::default()).expect("store")
-}
-
-/// Holds every flush while closed: a disk that takes its time to fsync.
-#[derive(Default)]
-pub(crate) struct FlushGate {
-    closed: std::sync::Mutex<bool>,
-    changed: std::sync::Condvar,
-    /// Flushes that have returned.
-    pub(crate) flushes: std::sync::atomic::AtomicU64,
-}
-
-impl FlushGate {
-    /// Flushes wait from now on.
-    pub(crate) fn close(&self) {
-        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
-    }
-
-    /// Waiting flushes go on, and later ones do not wait.
-    pub(crate) fn open(&self) {
-        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = false;
-        self.changed.notify_all();
-    }
-
-    fn pass(&self) {
-        let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
-        while *closed {
-            closed = self.changed.wait(closed).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-}
-
-struct GatedStorage {
-    inner: assembler::storage::memory::MemoryStorage,
-    gate: std::sync::Arc<FlushGate>,
-}
-
-impl assembler::storage::Storage for GatedStorage {
-    fn get(
-        &self,
-        space: assembler::storage::Space,
-        key: &[u8],
-    ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get(space, key)
-    }
-    fn scan_prefix(
-        &self,
-        space: assembler::storage::Space,
-        prefix: &[u8],
-    ) -> Result<Vec<assembler::storage::Pair>, StoreError> {
-        self.inner.scan_prefix(space, prefix)
-    }
-    fn first_n(
-        &self,
-        space: assembler::storage::Space,
-        limit: usize,
-    ) -> Result<Vec<assembler::storage::Pair>, StoreError> {
-        self.inner.first_n(space, limit)
-    }
-    fn count(&self, space: assembler::storage::Space) -> Result<usize, StoreError> {
-        self.inner.count(space)
-    }
-    fn commit(&self, set: assembler::storage::WriteSet) -> Result<(), StoreError> {
-        self.inner.commit(set)
-    }
-    fn remove(&self, space: assembler::storage::Space, key: &[u8]) -> Result<bool, StoreError> {
-        self.inner.remove(space, key)
-    }
-    fn flush(&self) -> Result<(), StoreError> {
         self.gate.pass();
         let r = self.inner.flush();
         self.gate
@@ -148,13 +101,27 @@ impl assembler::storage::Storage for GatedStorage {
     }
 }
 
-/// A memory store whose flushes wait while `gate` is closed.
-pub(crate) fn gated_store(gate: std::sync::Arc<FlushGate>, config: assembler::Config) -> Store {
-    let storage = GatedStorage {
+fn faulty_store(
+    failures: u32,
+    gate: std::sync::Arc<FlushGate>,
+    config: assembler::Config,
+) -> Store {
+    let storage = FaultyStorage {
         inner: assembler::storage::memory::MemoryStorage::new(),
+        failures: std::sync::atomic::AtomicU32::new(failures),
         gate,
     };
     Store::with_storage(std::sync::Arc::new(storage), config).expect("store")
+}
+
+/// A memory store whose first `failures` commits fail, like a disk that recovers.
+pub(crate) fn flaky_store(failures: u32) -> Store {
+    faulty_store(failures, Default::default(), assembler::Config::default())
+}
+
+/// A memory store whose flushes wait while `gate` is closed.
+pub(crate) fn gated_store(gate: std::sync::Arc<FlushGate>, config: assembler::Config) -> Store {
+    faulty_store(0, gate, config)
 }
 
 pub(crate) fn chunk_input(seq: u64) -> OwnedInput {
