@@ -170,27 +170,13 @@ pub async fn ask(
             ),
             _ => anyhow::anyhow!("asking {subject}: {e}"),
         })?;
-    if let Some(headers) = &reply.headers {
-        if let Some(code) = headers.get("Nats-Service-Error-Code") {
-            let why = headers
-                .get("Nats-Service-Error")
-                .map(|v| v.as_str().to_string())
-                .unwrap_or_default();
-            bail!("the query service answered {}: {why}", code.as_str());
-        }
+    if let Some((code, why)) = crate::serve::query::reply::service_error(&reply) {
+        bail!("the query service answered {code}: {why}");
     }
-    #[derive(serde::Deserialize)]
-    struct ByReference {
-        payload_ref: chunk_model::PayloadRef,
-    }
-    if let Ok(r) = serde_json::from_slice::<ByReference>(&reply.payload) {
-        let js = async_nats::jetstream::new(client.clone());
-        let whole = sink::payloads::fetch(&js, &r.payload_ref)
-            .await
-            .with_context(|| format!("fetching the answer stored as {}", r.payload_ref.object))?;
-        return Ok(whole.into());
-    }
-    Ok(reply.payload)
+    let js = async_nats::jetstream::new(client.clone());
+    crate::serve::query::reply::answer(&js, reply)
+        .await
+        .context("fetching the answer stored in the payload bucket")
 }
 
 /// A message snapshot for a person: the message line, then one aligned row per call, then

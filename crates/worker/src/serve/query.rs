@@ -324,6 +324,39 @@ fn parse_history_body(body: &[u8]) -> Result<HistoryRequest, QueryError> {
 
 /// Completes when shutdown is asked for or every sender is gone (the `watch::Ref` is dropped
 /// inside, so the caller's future stays `Send`).
+/// How a client reads a reply of this service.
+pub mod reply {
+    use bytes::Bytes;
+
+    /// The service error a reply carries (`Nats-Service-Error-Code`, `Nats-Service-Error`):
+    /// its code (0 when it is not a number) and text.
+    pub fn service_error(reply: &async_nats::Message) -> Option<(u16, String)> {
+        let headers = reply.headers.as_ref()?;
+        let code = headers.get("Nats-Service-Error-Code")?;
+        let text = headers
+            .get("Nats-Service-Error")
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default();
+        Some((code.as_str().parse().unwrap_or(0), text))
+    }
+
+    /// The answer's bytes: the payload, or the whole answer from the payload bucket when the
+    /// reply holds only its reference (see the module docs).
+    pub async fn answer(
+        js: &async_nats::jetstream::Context,
+        reply: async_nats::Message,
+    ) -> Result<Bytes, sink::payloads::PayloadError> {
+        #[derive(serde::Deserialize)]
+        struct ByReference {
+            payload_ref: chunk_model::PayloadRef,
+        }
+        match serde_json::from_slice::<ByReference>(&reply.payload) {
+            Ok(r) => Ok(sink::payloads::fetch(js, &r.payload_ref).await?.into()),
+            Err(_) => Ok(reply.payload),
+        }
+    }
+}
+
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }

@@ -236,31 +236,17 @@ async fn ask_snapshot(
             format!("asking {subject}: {e}"),
         ),
     })?;
-    if let Some(headers) = &reply.headers {
-        if let Some(code) = headers.get("Nats-Service-Error-Code") {
-            let why = headers
-                .get("Nats-Service-Error")
-                .map(|v| v.as_str().to_string())
-                .unwrap_or_default();
-            let status = code.as_str().parse::<u16>().unwrap_or(502);
-            let (status, code) = match status {
-                404 => (404, "unknown_message"),
-                400 => (400, "bad_request"),
-                _ => (502, "query_failed"),
-            };
-            return Err(ApiError::new(status, code, why));
-        }
+    if let Some((status, why)) = crate::serve::query::reply::service_error(&reply) {
+        let (status, code) = match status {
+            404 => (404, "unknown_message"),
+            400 => (400, "bad_request"),
+            _ => (502, "query_failed"),
+        };
+        return Err(ApiError::new(status, code, why));
     }
-    #[derive(serde::Deserialize)]
-    struct ByReference {
-        payload_ref: chunk_model::PayloadRef,
-    }
-    let body = match serde_json::from_slice::<ByReference>(&reply.payload) {
-        Ok(r) => sink::payloads::fetch(&api.js, &r.payload_ref)
-            .await
-            .map_err(|e| ApiError::new(502, "query_failed", format!("the stored answer: {e}")))?,
-        Err(_) => reply.payload.to_vec(),
-    };
+    let body = crate::serve::query::reply::answer(&api.js, reply)
+        .await
+        .map_err(|e| ApiError::new(502, "query_failed", format!("the stored answer: {e}")))?;
     serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             502,
