@@ -15,7 +15,7 @@ mod ops_support;
 mod ui_support;
 
 use common::{Call, Producer, StreamLog};
-use ops_support::{OpsWorker, WAIT};
+use ops_support::OpsWorker;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -97,27 +97,9 @@ async fn publish(producer: &Producer, msg: &str) {
 
 /// How many events [`CONV`] has once `msgs` completed with their results.
 async fn events_once_done(events: &mut StreamLog, worker: &OpsWorker, msgs: usize) -> usize {
-    events
-        .until(
-            WAIT,
-            "messages completed with results",
-            |all| {
-                let of = |t: &str| {
-                    all.iter()
-                        .map(|r| r.json())
-                        .filter(|e| e["conversation_id"] == CONV && e["type"] == t)
-                        .count()
-                };
-                of("message.completed") == msgs && of("tool_result.completed") == msgs
-            },
-            || worker.log(),
-        )
-        .await;
-    events
-        .all
-        .iter()
-        .filter(|r| r.json()["conversation_id"] == CONV)
-        .count()
+    ui_support::conversation_done(events, CONV, msgs, || worker.log())
+        .await
+        .len()
 }
 
 #[tokio::test]

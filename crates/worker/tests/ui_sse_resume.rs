@@ -48,29 +48,7 @@ async fn published(
     worker: &OpsWorker,
     msgs: &[&str],
 ) -> Vec<(u64, String)> {
-    let want = msgs.len();
-    events
-        .until(
-            WAIT,
-            "every message completed with its result",
-            |all| {
-                let of = |t: &str| {
-                    all.iter()
-                        .map(|r| r.json())
-                        .filter(|e| e["conversation_id"] == CONV && e["type"] == t)
-                        .count()
-                };
-                of("message.completed") == want && of("tool_result.completed") == want
-            },
-            || worker.log(),
-        )
-        .await;
-    events
-        .all
-        .iter()
-        .filter(|r| r.json()["conversation_id"] == CONV)
-        .map(|r| (r.seq, String::from_utf8(r.payload.clone()).unwrap()))
-        .collect()
+    ui_support::conversation_done(events, CONV, msgs.len(), || worker.log()).await
 }
 
 /// What the client saw, as (id, data); checks each frame's `event:` is its type.

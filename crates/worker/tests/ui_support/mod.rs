@@ -259,3 +259,35 @@ pub fn ui_clients() -> PathBuf {
     }
     dir
 }
+
+/// The events of conversation `conv` on the events stream that `events` reads, once `want` of
+/// its messages completed, each with its result: (stream sequence, payload) in stream order.
+pub async fn conversation_done(
+    events: &mut toolstream_testkit::harness::StreamLog,
+    conv: &str,
+    want: usize,
+    log: impl Fn() -> String,
+) -> Vec<(u64, String)> {
+    events
+        .until(
+            toolstream_testkit::harness::WAIT,
+            "every message completed with its result",
+            |all| {
+                let of = |t: &str| {
+                    all.iter()
+                        .map(|r| r.json())
+                        .filter(|e| e["conversation_id"] == conv && e["type"] == t)
+                        .count()
+                };
+                of("message.completed") == want && of("tool_result.completed") == want
+            },
+            log,
+        )
+        .await;
+    events
+        .all
+        .iter()
+        .filter(|r| r.json()["conversation_id"] == conv)
+        .map(|r| (r.seq, String::from_utf8_lossy(&r.payload).into_owned()))
+        .collect()
+}
