@@ -16,6 +16,19 @@ cd "$(dirname "$0")/.."
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'test.sh: %s\n' "$*" >&2; exit 1; }
 
+# apt_install WHAT PACKAGE...: installs PACKAGEs from the system packages (as root, or with
+# sudo), or fails saying WHAT is missing and why it cannot be installed.
+apt_install() {
+  command -v apt-get >/dev/null 2>&1 || die "$1 is missing and apt-get is not available; install ${*:2} and re-run"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || die "$1 is missing and installing it needs root (no sudo)"
+    SUDO="sudo"
+  fi
+  $SUDO apt-get update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${@:2}" || die "apt-get install ${*:2} failed"
+}
+
 find_nats_server() {
   if [ -n "${NATS_SERVER_BIN:-}" ] && [ -x "${NATS_SERVER_BIN}" ]; then return 0; fi
   if command -v nats-server >/dev/null 2>&1; then return 0; fi
@@ -24,14 +37,7 @@ find_nats_server() {
 
 if ! find_nats_server; then
   log "nats-server not found: installing it from the system packages"
-  command -v apt-get >/dev/null 2>&1 || die "nats-server is missing and apt-get is not available; install nats-server (2.9+) and re-run"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || die "nats-server is missing and installing it needs root (no sudo)"
-    SUDO="sudo"
-  fi
-  $SUDO apt-get update -qq || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nats-server || die "apt-get install nats-server failed"
+  apt_install "nats-server (2.9+)" nats-server
   find_nats_server || die "nats-server still not found after installing it"
 fi
 log "using $( (command -v nats-server || echo /usr/sbin/nats-server) ) ($( (nats-server --version 2>/dev/null || /usr/sbin/nats-server --version) | head -n1))"
@@ -61,30 +67,16 @@ command -v cargo >/dev/null 2>&1 || die "cargo is missing: install a Rust toolch
 # The TLS tests (crates/worker/tests/run_auth.rs) make their certificates with the openssl CLI.
 if ! command -v openssl >/dev/null 2>&1; then
   log "openssl not found: installing it from the system packages (the TLS tests make certificates with it)"
-  command -v apt-get >/dev/null 2>&1 || die "openssl is missing and apt-get is not available; install openssl and re-run"
-  [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null 2>&1 || die "openssl is missing and installing it needs root (no sudo)"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssl || die "apt-get install openssl failed"
+  apt_install openssl openssl
   command -v openssl >/dev/null 2>&1 || die "openssl still not found after installing it"
 fi
 
 # The UI tests (crates/worker/tests/ui_formats.rs, ui_page.rs) check the SSE formats with the
 # real npm packages (`ai`, `@ag-ui/core`; `npm ci` into target/ui-clients from
 # tests/ui-clients/package-lock.json) and drive the live page in Debian's chromium.
-apt_install() {
-  command -v apt-get >/dev/null 2>&1 || die "$1 is missing and apt-get is not available; install $2 and re-run"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || die "$1 is missing and installing it needs root (no sudo)"
-    SUDO="sudo"
-  fi
-  $SUDO apt-get update -qq || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${@:2}" || die "apt-get install ${*:2} failed"
-}
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   log "node/npm not found: installing them from the system packages (the UI format tests need them)"
-  apt_install node nodejs npm
+  apt_install "node/npm" nodejs npm
 fi
 node_major="$(node --version | sed -E 's/^v([0-9]+).*/\1/')"
 [ "${node_major:-0}" -ge 20 ] || die "node $(node --version) is too old: the UI tests need Node 20 or later"
