@@ -29,3 +29,13 @@ pub mod stats;
 pub mod streams;
 pub mod worker;
 pub mod workloads;
+
+/// The harnesses' runtime: two worker threads (the machine's cores), timers and I/O.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("tokio runtime")
+}

@@ -21,7 +21,6 @@
 //! The library (`src/lib.rs`) holds the run itself ([`toolstream_throughput::paced`]); the
 //! performance report with baselines is the `perf` binary.
 
-use anyhow::Context;
 use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -63,12 +62,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("tokio runtime")?;
-    runtime.block_on(run(args))
+    toolstream_throughput::runtime()?.block_on(run(args))
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {

@@ -69,12 +69,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("tokio runtime")?;
-    runtime.block_on(run(args))
+    toolstream_throughput::runtime()?.block_on(run(args))
 }
 
 fn server_bin(name: &str) -> anyhow::Result<ServerBin> {
