@@ -15,7 +15,7 @@
 
 use super::input_log::{self, RecordedInput};
 use super::output::{columns, Style};
-use super::query::{excerpt, word};
+use super::query::{excerpt, result_lines, word};
 use anyhow::{bail, Context};
 use chunk_model::{ChunkEvent, MessageSnapshot, Provider};
 use serde::Serialize;
@@ -690,22 +690,7 @@ pub fn render(report: &Report, style: &Style) -> Vec<String> {
                 excerpt(&d.reason, 160)
             ));
         }
-        for res in &s.tool_results {
-            out.push(format!(
-                "  result for {}{}: {}",
-                res.tool_call_id,
-                if res.is_error { " (error)" } else { "" },
-                excerpt(&res.output, 80)
-            ));
-        }
-        for res in &s.orphaned_results {
-            out.push(format!(
-                "  {} result for {}: {}",
-                style.warn("orphaned"),
-                res.tool_call_id,
-                excerpt(&res.output, 80)
-            ));
-        }
+        out.extend(result_lines(s, style));
     }
     out
 }

@@ -208,23 +208,29 @@ pub fn render_snapshot(s: &MessageSnapshot, style: &Style) -> Vec<String> {
         ]);
     }
     out.extend(columns(&rows));
-    for r in &s.tool_results {
-        out.push(format!(
+    out.extend(result_lines(s, style));
+    out
+}
+
+/// A snapshot's results, one line each: matched ones, then orphaned ones.
+pub fn result_lines(s: &MessageSnapshot, style: &Style) -> Vec<String> {
+    let matched = s.tool_results.iter().map(|r| {
+        format!(
             "  result for {}{}: {}",
             r.tool_call_id,
             if r.is_error { " (error)" } else { "" },
             excerpt(&r.output, 80)
-        ));
-    }
-    for r in &s.orphaned_results {
-        out.push(format!(
+        )
+    });
+    let orphaned = s.orphaned_results.iter().map(|r| {
+        format!(
             "  {} result for {}: {}",
             style.warn("orphaned"),
             r.tool_call_id,
             excerpt(&r.output, 80)
-        ));
-    }
-    out
+        )
+    });
+    matched.chain(orphaned).collect()
 }
 
 /// A status as the wire spells it (`completed`, `streaming`, ...).
