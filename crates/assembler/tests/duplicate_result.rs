@@ -20,19 +20,6 @@ use std::sync::Arc;
 const SERVER_CALL: &str = "srvtoolu_01WYG3ziw53XMcoyKL4XcZmE";
 const CLIENT_CALL: &str = "toolu_01T1x1fJ34qAmk2tNTrN7Up6";
 
-/// The chunk bodies of a recorded stream under `tests/recordings/`.
-fn recording(rel: &str) -> Vec<Vec<u8>> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/recordings")
-        .join(rel);
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    chunk_model::framing::split(&bytes)
-        .expect("frames")
-        .into_iter()
-        .map(|f| f.data.to_vec())
-        .collect()
-}
-
 fn chunk_of<'a>(provider: Provider, msg: &'a str, seq: u64, body: &'a [u8]) -> Input<'a> {
     Input {
         kind: InputKind::Chunk,
@@ -296,7 +283,7 @@ fn a_result_for_an_id_already_orphaned_on_its_message_is_a_duplicate_result_dead
 #[test]
 fn a_producer_result_for_a_call_of_an_open_anthropic_message_waits_for_its_end_and_is_listed() {
     let store = Store::open_memory(Config::default()).unwrap();
-    let chunks = recording("anthropic/server_tool_web_search.sse");
+    let chunks = common::recording("anthropic/server_tool_web_search.sse");
     let end = chunks
         .iter()
         .position(|c| c.windows(13).any(|w| w == b"message_delta"))
@@ -347,7 +334,7 @@ struct Race {
 impl Race {
     fn new() -> Race {
         Race {
-            chunks: recording("anthropic/server_tool_web_search.sse"),
+            chunks: common::recording("anthropic/server_tool_web_search.sse"),
             results: vec![
                 whole(SERVER_CALL, "my own search"),
                 whole(CLIENT_CALL, "added"),

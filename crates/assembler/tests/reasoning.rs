@@ -15,18 +15,6 @@ use chunk_model::snapshot::ReasoningBlock;
 use chunk_model::{EventType, Provider, ReasoningKind};
 use serde_json::json;
 
-fn recording(rel: &str) -> Vec<Vec<u8>> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/recordings")
-        .join(rel);
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    chunk_model::framing::split(&bytes)
-        .expect("frames")
-        .into_iter()
-        .map(|f| f.data.to_vec())
-        .collect()
-}
-
 fn input<'a>(provider: Provider, seq: u64, body: &'a [u8]) -> Input<'a> {
     Input {
         kind: InputKind::Chunk,
@@ -45,7 +33,7 @@ const SIG: &str = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds+1M6QqY8
 #[test]
 fn anthropic_thinking_is_the_messages_metadata_and_renders_back_before_its_tool_use() {
     let dir = tempfile::tempdir().unwrap();
-    let chunks = recording("anthropic/thinking_then_tool.sse");
+    let chunks = common::recording("anthropic/thinking_then_tool.sse");
     {
         let store = Store::open(dir.path(), Config::default()).unwrap();
         // half the stream, then a restart: the pieces stored so far are read back

@@ -212,3 +212,16 @@ impl Msg {
             .expect("message.completed")
     }
 }
+
+/// The chunk bodies of a recorded stream under `tests/recordings/`, as its framing splits them.
+pub fn recording(rel: &str) -> Vec<Vec<u8>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/recordings")
+        .join(rel);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    chunk_model::framing::split(&bytes)
+        .expect("frames")
+        .into_iter()
+        .map(|f| f.data.to_vec())
+        .collect()
+}
