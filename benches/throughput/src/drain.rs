@@ -302,7 +302,9 @@ async fn drain_bare(
         let first = match tokio::time::timeout_at(deadline, messages.next()).await {
             Ok(Some(Ok(m))) => m,
             Ok(Some(Err(e))) => {
-                tracing_free_note(&e);
+                // a pull-stream status (missed heartbeat and the like): the stream re-issues
+                // its requests itself
+                eprintln!("pull stream status: {e}");
                 continue;
             }
             Ok(None) => bail!("pull stream ended"),
@@ -358,9 +360,4 @@ async fn drain_bare(
         batches: None,
         apply_flush_secs: None,
     })
-}
-
-/// A pull-stream status (missing heartbeat and the like): the stream re-issues its requests.
-fn tracing_free_note(e: &dyn std::fmt::Display) {
-    eprintln!("pull stream status: {e}");
 }
