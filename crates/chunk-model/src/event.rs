@@ -12,6 +12,12 @@
 //!
 //! Fields that do not apply to a type are omitted, never `null` (except `provider`, which is
 //! `null` only on a `tool_result.orphaned` whose conversation never named one).
+//!
+//! A `tool_call.delta` (an argument preview, off by default) carries the call's identity in
+//! `tool_call` (`arguments` `null`, `raw_arguments` `""`), the text appended since the call's
+//! previous delta in `arguments_delta`, where that text starts in the call's argument text
+//! (bytes) in `arguments_offset`, and, when the text so far is small enough, a best-effort
+//! parse of it in `partial_arguments`. A delta is never a completion.
 
 use crate::call::{CallOutcome, ToolCall, ToolResult};
 use crate::provider::Provider;
@@ -102,6 +108,20 @@ pub struct Event {
     /// `message.completed`: the results already matched to those calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_results: Option<Vec<ToolResult>>,
+    /// `tool_call.delta`: the argument text appended since the call's previous delta (the
+    /// concatenation of a call's deltas, in `arguments_offset` order, is a prefix of the text
+    /// the call assembled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_delta: Option<String>,
+    /// `tool_call.delta`: the byte offset of `arguments_delta` in the call's argument text
+    /// (the total length of the call's earlier deltas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_offset: Option<u64>,
+    /// `tool_call.delta`: best effort, the JSON value of the argument text so far with its
+    /// open strings, arrays and objects closed; omitted when that is not valid JSON, when the
+    /// text so far is larger than the preview bound, or for a free-text (`custom`) call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_arguments: Option<serde_json::Value>,
     /// Set only on an event too large for the server's `max_payload`: the whole event, exactly
     /// as it would have been published, is the object named here, and this event carries its
     /// large fields emptied (see [`Event::offloaded`]).
@@ -155,7 +175,7 @@ pub fn hex(bytes: &[u8]) -> String {
 pub enum Offload {
     /// Every field, with the large ones emptied: `arguments` `null` and `raw_arguments` `""`
     /// on `tool_call` and every `calls[].tool_call`, `output` `""` on `tool_result` and every
-    /// `tool_results[]`.
+    /// `tool_results[]`, `arguments_delta` `""` and no `partial_arguments` on a delta.
     Slim,
     /// Only the common fields, `reason`, `finish_reason` and `payload_ref` (when even the slim
     /// form is too large, e.g. a message with thousands of calls).
@@ -184,6 +204,9 @@ impl Event {
             finish_reason: None,
             calls: None,
             tool_results: None,
+            arguments_delta: None,
+            arguments_offset: None,
+            partial_arguments: None,
             payload_ref: None,
         }
     }
@@ -212,12 +235,19 @@ impl Event {
                 for r in e.tool_results.iter_mut().flatten() {
                     r.output.clear();
                 }
+                if let Some(d) = e.arguments_delta.as_mut() {
+                    d.clear();
+                }
+                e.partial_arguments = None;
             }
             Offload::Bare => {
                 e.tool_call = None;
                 e.tool_result = None;
                 e.calls = None;
                 e.tool_results = None;
+                e.arguments_delta = None;
+                e.arguments_offset = None;
+                e.partial_arguments = None;
             }
         }
         e.payload_ref = Some(payload_ref);
@@ -234,6 +264,11 @@ pub enum EventSubject<'a> {
     Result(&'a str),
     /// The message itself.
     Message,
+    /// One argument preview (`tool_call.delta`) of a call, by the call's 0-based position and
+    /// the byte offset where the preview's text starts: a call never has two previews starting
+    /// at the same offset, so the id names one preview, and a re-emission after a redelivery
+    /// or restart (which makes the same decisions from the same durable state) has the same.
+    CallDelta(u32, u64),
 }
 
 /// The deterministic event id: `ev_` + 32 hex digits of SHA-256 over (conversation, message,
@@ -256,6 +291,11 @@ pub fn event_id(conv: &str, msg: &str, subject: EventSubject<'_>, ty: EventType)
             h.update(id.as_bytes());
         }
         EventSubject::Message => h.update(b"m"),
+        EventSubject::CallDelta(i, offset) => {
+            h.update(b"d");
+            h.update(i.to_be_bytes());
+            h.update(offset.to_be_bytes());
+        }
     }
     h.update(ty.as_str().as_bytes());
     let digest = h.finalize();
