@@ -55,5 +55,6 @@
 pub mod cli;
 pub(crate) mod consume;
 pub(crate) mod nats;
+pub mod ownership;
 pub(crate) mod run;
 pub(crate) mod serve;
