@@ -37,6 +37,8 @@ const PARTITIONS: u32 = 4;
 const WORKER_PW: &str = "worker-pw-1";
 const PRODUCER_PW: &str = "producer-pw-1";
 const UI_PW: &str = "ui-pw-1";
+/// The read-only browser user's (WebSocket only; `ui_websocket.rs` logs in with it).
+const BROWSER_PW: &str = "browser-pw-1";
 const ADMIN_PW: &str = "admin-pw-1";
 /// The conversation the deploy file's example producer (`producer-acme`) may publish.
 const CONV_A: &str = "acme-conv-1";
@@ -81,7 +83,8 @@ fn users_conf(edit: impl Fn(String) -> String) -> String {
     );
     format!(
         "TOOLSTREAM_WORKER_PASSWORD: \"{WORKER_PW}\"\n\
-         TOOLSTREAM_PRODUCER_PASSWORD: \"{PRODUCER_PW}\"\nTOOLSTREAM_UI_PASSWORD: \"{UI_PW}\"\n\n\
+         TOOLSTREAM_PRODUCER_PASSWORD: \"{PRODUCER_PW}\"\nTOOLSTREAM_UI_PASSWORD: \"{UI_PW}\"\n\
+         TOOLSTREAM_BROWSER_PASSWORD: \"{BROWSER_PW}\"\n\n\
          {permissions}\n"
     )
 }
