@@ -46,6 +46,47 @@ pub struct Config {
     /// memory and read back from the store when their stream goes on, so memory does not
     /// grow with the number of open streams (`max_open_streams`).
     pub message_cache_entries: usize,
+    /// Argument previews: `tool_call.delta` events for calls still streaming (off by
+    /// default). See [`Previews`].
+    pub previews: Previews,
+}
+
+/// Argument previews (`tool_call.delta`): while a call streams, a delta event carries the text
+/// appended since the call's previous delta and a best-effort parse of the text so far. Off by
+/// default: each delta is one more outbox row and one more published event.
+///
+/// Throttled per call, on the inputs' publish time (JetStream's, never the worker's clock, so
+/// a redelivery or restart decides the same): a call's next delta is due after a chunk when at
+/// least `min_bytes` were appended since its previous delta and either it has had none yet,
+/// `min_interval_ms` passed since it, or [`crate::core::preview::FLUSH_PENDING_BYTES`] are
+/// waiting. So a call of `n` bytes streamed over `t` ms gets at most `n / min_bytes` deltas and
+/// at most `1 + t / min_interval_ms + n / FLUSH_PENDING_BYTES`. Each byte of text is carried
+/// by one delta at most. A call whose arguments arrive as structured pieces (Vertex
+/// `partialArgs`) gets no deltas; a call that ended gets none any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Previews {
+    /// Emit `tool_call.delta` events (default false).
+    pub enabled: bool,
+    /// Least new argument text (bytes) a delta carries (default 64; 0 counts as 1).
+    pub min_bytes: usize,
+    /// Least time (ms, on publish times) between two deltas of one call (default 250).
+    pub min_interval_ms: u64,
+    /// `partial_arguments` is computed only while the call's text is at most this long (bytes,
+    /// default 16384; 0: never): each computation reads the whole text so far, so the bound
+    /// keeps the cost of a delta, and its size, independent of the argument's length.
+    pub partial_max_bytes: usize,
+}
+
+impl Default for Previews {
+    fn default() -> Previews {
+        Previews {
+            enabled: false,
+            min_bytes: 64,
+            min_interval_ms: 250,
+            partial_max_bytes: 16 * 1024,
+        }
+    }
 }
 
 impl Default for Config {
@@ -60,6 +101,7 @@ impl Default for Config {
             retention_ms: 604_800_000,
             storage_cache_bytes: 64 * 1024 * 1024,
             message_cache_entries: 10_000,
+            previews: Previews::default(),
         }
     }
 }

@@ -20,6 +20,8 @@
 //!     returning [`core::ResultDecision`], [`core::RegisterDecision`],
 //!     [`core::OrphanDecision`], with the rules documented.
 //!   - `core::snapshot` — a message's state as a `chunk_model::MessageSnapshot`.
+//!   - `core::preview` — argument previews (`tool_call.delta`, off by default): throttle,
+//!     delta text, `partial_arguments`.
 //! - [`store`] — [`Store`], the imperative shell: `apply` (one atomic commit per input:
 //!   state + outbox rows + watermark), `tick` (gap / idle / orphan timeouts, one commit
 //!   each, then retention of completed messages), `flush` (the durability point), outbox
@@ -63,7 +65,7 @@ pub mod outbox;
 pub mod storage;
 pub mod store;
 
-pub use config::Config;
+pub use config::{Config, Previews};
 pub use error::{BackendErrorKind, StoreError};
 pub use input::{Applied, Control, Input, InputKind, Origin, Seq};
 pub use outbox::{OutboxEntry, OutboxKind};

@@ -13,12 +13,15 @@
 //!   orphaning them: pure decisions ([`matching::Intake`], [`matching::ResultDecision`],
 //!   [`matching::RegisterDecision`], [`matching::OrphanDecision`]) the store carries out.
 //! - [`snapshot`] — a message's state as a [`chunk_model::MessageSnapshot`].
+//! - [`preview`] — argument previews (`tool_call.delta`): which calls' deltas are due, their
+//!   text and `partial_arguments` (best-effort parse of a JSON prefix).
 
 pub mod emit;
 pub mod end;
 pub mod matching;
 pub mod order;
 pub mod output;
+pub mod preview;
 pub mod results;
 pub mod snapshot;
 pub mod state;

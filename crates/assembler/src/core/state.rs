@@ -107,6 +107,28 @@ pub struct CallState {
     /// Parsed arguments of a completed call.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub arguments: Value,
+    /// Bytes of argument text carried by the call's `tool_call.delta`s so far: where the next
+    /// one starts (see [`crate::core::preview`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preview_bytes: usize,
+    /// Publish time (ms) of the input after which the call's latest delta was emitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview_at: Option<u64>,
+    /// The end of the argument text held in memory for previews, from byte `preview_from` to
+    /// `args_len`, when [`CallState::preview_held`] (a call read from storage holds none until
+    /// a delta needs it, then the store reads its text back once).
+    #[serde(skip)]
+    pub preview_text: String,
+    /// Where `preview_text` starts in the argument text.
+    #[serde(skip)]
+    pub preview_from: usize,
+    /// Whether `preview_text` holds the text from `preview_from` to the end.
+    #[serde(skip)]
+    pub preview_held: bool,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl CallState {
@@ -133,6 +155,11 @@ impl CallState {
             reason: None,
             started: false,
             arguments: Value::Null,
+            preview_bytes: 0,
+            preview_at: None,
+            preview_text: String::new(),
+            preview_from: 0,
+            preview_held: true,
         }
     }
 

@@ -411,7 +411,8 @@ fn apply_result(txn: &mut Txn<'_>, item: &Item<'_>, now: u64) -> Result<Applied,
 pub const MAX_CHOICES: u32 = 128;
 
 /// Persists what a core step caused to message `msg` (a choice of the chunk stream of
-/// `stream_msg`): argument writes, events, call registrations (and the results they match),
+/// `stream_msg`): argument writes, events, argument previews due after a chunk (when
+/// enabled, `core::preview`), call registrations (and the results they match),
 /// in-stream results (carried by chunk `item`; `None` for a step toolstream caused: a timer,
 /// a hole), the producer results that waited for the message to end, then `message.completed`
 /// when due, and the stream's open flag (open while any of its choices' messages is).
@@ -431,6 +432,9 @@ pub(crate) fn after_step_of(
     txn.arg_ops(&mkey, &out.arg_ops);
     for ev in &out.events {
         txn.emit(ev)?;
+    }
+    if item.is_some() && txn.inner.config.previews.enabled {
+        previews(txn, conv, msg, &out.arg_ops, now)?;
     }
     for pos in out.registered {
         register(txn, conv, msg, pos)?;
@@ -475,6 +479,49 @@ pub(crate) fn after_step_of(
             .is_some_and(|m| m.phase != core::MessagePhase::Completed);
     }
     txn.stream_mut(&skey)?.open = open;
+    Ok(())
+}
+
+/// Emits the `tool_call.delta`s due after a chunk's step of message `msg` (published at `now`),
+/// after the step's own events: the step's appended text goes into the preview buffers, and
+/// a due call that holds none (read from storage) has its text read back once.
+fn previews(
+    txn: &mut Txn<'_>,
+    conv: &str,
+    msg: &str,
+    ops: &[core::ArgOp],
+    now: u64,
+) -> Result<(), StoreError> {
+    let cfg = txn.inner.config.previews;
+    let mkey = keys::message(conv, msg);
+    let due = match txn.message_mut(conv, msg)? {
+        Some(m) => {
+            core::preview::observe(m, ops, &cfg);
+            core::preview::due(m, &cfg, now)
+        }
+        None => return Ok(()),
+    };
+    for pos in due {
+        let unheld = txn
+            .message_mut(conv, msg)?
+            .is_some_and(|m| core::preview::needs_text(m, pos));
+        let text = match unheld {
+            true => Some(txn.call_text(&mkey, pos)?),
+            false => None,
+        };
+        let delta = match txn.message_mut(conv, msg)? {
+            Some(m) => {
+                if let Some(text) = text {
+                    core::preview::hold(m, pos, text);
+                }
+                core::preview::emit(m, pos, &cfg, now)
+            }
+            None => None,
+        };
+        if let Some(ev) = delta {
+            txn.emit(&ev)?;
+        }
+    }
     Ok(())
 }
 

@@ -166,6 +166,20 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
+    /// The whole argument text of the call at `pos` of a cached message as this unit sees it:
+    /// the text held in memory, else its stored pieces (with this unit's staged writes).
+    pub fn call_text(&self, mkey: &[u8], pos: usize) -> Result<String, StoreError> {
+        if let Some(call) = self.inner.messages.get(mkey).and_then(|m| m.calls.get(pos)) {
+            if call.text_held() {
+                return Ok(call.args.clone());
+            }
+        }
+        Ok(text_of(&self.staged_scan(
+            Space::Args,
+            &keys::args_prefix(mkey, pos as u32),
+        )?))
+    }
+
     /// Every (key, value) under `prefix` in `space` as this unit sees it: storage overlaid
     /// with the writes staged so far, in key order.
     fn staged_scan(
