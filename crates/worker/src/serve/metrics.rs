@@ -80,6 +80,93 @@ pub struct Metrics {
     /// Time of one store flush (group commit: it makes every batch applied before it began
     /// durable, so there are at most as many flushes as batches).
     pub batch_flush: Histogram,
+    /// The UI event streams (`GET /v1/conversations/{conv}/events`).
+    pub ui_streams: UiStreamMetrics,
+}
+
+/// The UI event streams of the HTTP API (`crate::serve::ui`): how many are open, and how
+/// many were opened, closed because the client fell behind, or refused.
+#[derive(Debug, Default)]
+pub struct UiStreamMetrics {
+    /// Streams open now (`toolstream_ui_streams_open`): from the response head until the
+    /// stream ends.
+    pub open: AtomicU64,
+    /// Streams opened (`toolstream_ui_streams_opened_total`).
+    pub opened: AtomicU64,
+    /// Streams closed because the client fell behind
+    /// (`toolstream_ui_streams_closed_behind_total`): it took no write for `ui.write_timeout`,
+    /// or the events stream's limits deleted events it had not been sent yet (`behind`).
+    pub closed_behind: AtomicU64,
+    /// Stream requests refused by the token check (`…_rejected_total{reason="auth"}`).
+    pub rejected_auth: AtomicU64,
+    /// Stream requests refused over `ui.max_streams` (`…_rejected_total{reason="limit"}`).
+    pub rejected_limit: AtomicU64,
+}
+
+impl UiStreamMetrics {
+    /// Counts a stream as opened and open until the returned guard drops.
+    pub fn opened(&self) -> OpenStream<'_> {
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        self.open.fetch_add(1, Ordering::Relaxed);
+        OpenStream(self)
+    }
+
+    fn render_into(&self, out: &mut String) {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        write_header(
+            out,
+            "toolstream_ui_streams_open",
+            "UI event streams (/v1/conversations/{conv}/events) open now.",
+            "gauge",
+        );
+        out.push_str(&format!(
+            "toolstream_ui_streams_open {}\n",
+            load(&self.open)
+        ));
+        write_header(
+            out,
+            "toolstream_ui_streams_opened_total",
+            "UI event streams opened.",
+            "counter",
+        );
+        out.push_str(&format!(
+            "toolstream_ui_streams_opened_total {}\n",
+            load(&self.opened)
+        ));
+        write_header(
+            out,
+            "toolstream_ui_streams_closed_behind_total",
+            "UI event streams closed because the client fell behind (no write taken within \
+             ui.write_timeout, or events deleted by the stream's limits before they were sent).",
+            "counter",
+        );
+        out.push_str(&format!(
+            "toolstream_ui_streams_closed_behind_total {}\n",
+            load(&self.closed_behind)
+        ));
+        write_header(
+            out,
+            "toolstream_ui_streams_rejected_total",
+            "UI event stream requests refused: reason auth (token) or limit (ui.max_streams).",
+            "counter",
+        );
+        out.push_str(&format!(
+            "toolstream_ui_streams_rejected_total{{reason=\"auth\"}} {}\n\
+             toolstream_ui_streams_rejected_total{{reason=\"limit\"}} {}\n",
+            load(&self.rejected_auth),
+            load(&self.rejected_limit)
+        ));
+    }
+}
+
+/// An open UI stream: counted in [`UiStreamMetrics::open`] until dropped.
+#[derive(Debug)]
+pub struct OpenStream<'a>(&'a UiStreamMetrics);
+
+impl Drop for OpenStream<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
@@ -173,6 +260,7 @@ impl Metrics {
             "toolstream_batch_flush_seconds",
             "Time of one store flush (group commit: it covers every batch applied before it began).",
         );
+        self.ui_streams.render_into(&mut out);
         out
     }
 }
@@ -226,6 +314,27 @@ mod tests {
         assert!(text.contains("toolstream_batch_apply_seconds_bucket{le=\"+Inf\"} 3\n"));
         assert!(text.contains("toolstream_batch_apply_seconds_count 3\n"));
         assert!(text.contains("toolstream_batch_flush_seconds_count 0\n"));
+    }
+
+    #[test]
+    fn ui_streams_are_open_while_their_guard_lives_and_refusals_render_by_reason() {
+        let m = Metrics::default();
+        let a = m.ui_streams.opened();
+        let b = m.ui_streams.opened();
+        drop(a);
+        Metrics::add(&m.ui_streams.rejected_limit, 2);
+        Metrics::add(&m.ui_streams.closed_behind, 1);
+        let text = m.render(None, None);
+        assert!(text.contains("# TYPE toolstream_ui_streams_open gauge\n"));
+        assert!(text.contains("\ntoolstream_ui_streams_open 1\n"), "{text}");
+        assert!(text.contains("\ntoolstream_ui_streams_opened_total 2\n"));
+        assert!(text.contains("\ntoolstream_ui_streams_closed_behind_total 1\n"));
+        assert!(text.contains("\ntoolstream_ui_streams_rejected_total{reason=\"auth\"} 0\n"));
+        assert!(text.contains("\ntoolstream_ui_streams_rejected_total{reason=\"limit\"} 2\n"));
+        drop(b);
+        let text = m.render(None, None);
+        assert!(text.contains("\ntoolstream_ui_streams_open 0\n"));
+        assert!(text.contains("\ntoolstream_ui_streams_opened_total 2\n"));
     }
 
     #[test]

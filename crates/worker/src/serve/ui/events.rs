@@ -8,6 +8,15 @@
 //! `?after=N` resumes strictly after N: the consumer starts at stream sequence N + 1, so a
 //! client that resumes with the last id it saw sees every later event once.
 //!
+//! A resumed `ai-sdk` / `ag-ui` stream continues where a stream read from the start would be
+//! at N: before the consumer starts, the message's `message.completed` and results up to N are
+//! read ([`resume_state`]), so a message already done at N ends at once the way the format ends
+//! a finished message (`start`, `start-step`, `finish-step`, `finish`, `[DONE]`; `RUN_STARTED`,
+//! `RUN_FINISHED`), and one completed at or before N whose last result comes after N ends with
+//! that result. A `toolstream` stream never ends on its own (resumed or not, with `?message=`
+//! or not): it is the events as published, and results can still come after
+//! `message.completed`; the client knows from the `message.completed` it already has.
+//!
 //! Never a silent skip: an `after` older than what the stream still holds is 410 before the
 //! stream starts; on a stream with limits (age, count, size) an event of this conversation
 //! deleted before it was sent ends the stream with an `error` event (`behind`) naming the last
@@ -15,7 +24,8 @@
 //! `Last-Event-ID`. Idle streams get a comment every `ui.heartbeat`.
 
 use super::formats::{self, Format, Translator};
-use super::{cors_headers, write_error, Api, ApiError, Request};
+use super::{cors_headers, snapshot, write_error, Api, ApiError, Request};
+use crate::serve::metrics::Metrics;
 use async_nats::jetstream;
 use futures::StreamExt;
 use std::time::Duration;
@@ -93,8 +103,10 @@ pub(crate) async fn serve(
         Ok(w) => w,
         Err(e) => return write_error(&mut stream, &e, cors).await,
     };
+    let counts = &api.metrics.ui_streams;
     // the permit lives as long as the stream
     let Ok(_permit) = api.streams.clone().try_acquire_owned() else {
+        Metrics::add(&counts.rejected_limit, 1);
         let e = ApiError::new(
             503,
             "too_many_streams",
@@ -105,15 +117,18 @@ pub(crate) async fn serve(
         );
         return write_error(&mut stream, &e, cors).await;
     };
-    let (consumer_messages, limited) = match open(api, conversation, &wanted).await {
-        Ok(opened) => opened,
-        Err(e) => return write_error(&mut stream, &e, cors).await,
-    };
-    let translator = Translator::new(
+    let mut translator = Translator::new(
         wanted.format,
         conversation,
         wanted.message.as_deref().unwrap_or_default(),
     );
+    let (consumer_messages, limited) = match open(api, conversation, &wanted).await {
+        Ok(opened) => opened,
+        Err(e) => return write_error(&mut stream, &e, cors).await,
+    };
+    if let Err(e) = resume_state(api, conversation, &wanted, &mut translator).await {
+        return write_error(&mut stream, &e, cors).await;
+    }
     let mut head = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n\
          Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n{}{}Connection: close\r\n\r\n\
@@ -129,19 +144,23 @@ pub(crate) async fn serve(
     for part in translator.opening() {
         head.push_str(&format!("data: {part}\n\n"));
     }
-    let (mut read, mut write) = stream.into_split();
-    let write_timeout = api.config.write_timeout.get();
-    send(&mut write, head.as_bytes(), write_timeout).await?;
+    let (mut read, write) = stream.into_split();
+    let _open = counts.opened();
     let mut session = Session {
         api,
         write,
-        write_timeout,
+        write_timeout: api.config.write_timeout.get(),
         last_sent: wanted.after,
         limited,
         translator_format: wanted.format,
         translator,
     };
-    let outcome = session.pump(consumer_messages, &mut read).await;
+    let outcome = match session.send(head.as_bytes()).await {
+        // already done where it resumed: ended like a message that finishes now
+        Ok(()) if session.translator.done() => session.finish().await,
+        Ok(()) => session.pump(consumer_messages, &mut read).await,
+        Err(e) => Err(e),
+    };
     if let Err(e) = &outcome {
         tracing::debug!(conversation, error = %e, "event stream ended");
     }
@@ -151,6 +170,71 @@ pub(crate) async fn serve(
 
 /// The ordered consumer's messages.
 type Messages = jetstream::consumer::pull::Ordered;
+
+/// For an `ai-sdk` / `ag-ui` stream resumed after N (`wanted.after`): tells `translator` what
+/// the message's events up to N said about its end (the `message.completed` and the results;
+/// their parts were sent before and are not sent again), so [`Translator::done`] is what it
+/// would be at N on a stream read from the start. Without it a stream resumed after the
+/// message's `message.completed` never saw it, and waited forever for the end.
+async fn resume_state(
+    api: &Api,
+    conversation: &str,
+    wanted: &StreamRequest,
+    translator: &mut Translator,
+) -> Result<(), ApiError> {
+    let Some(message) = &wanted.message else {
+        return Ok(());
+    };
+    if wanted.format == Format::Toolstream || wanted.after == 0 {
+        return Ok(());
+    }
+    let subject = api.subjects.events(conversation, message);
+    let last = snapshot::last_sequence(api, &subject)
+        .await?
+        .min(wanted.after);
+    let mut ends = Vec::new();
+    snapshot::read_up_to(api, &subject, last, |seq, payload| {
+        let ty = serde_json::from_slice::<serde_json::Value>(payload)
+            .ok()
+            .and_then(|e| e.get("type").and_then(|t| t.as_str()).map(str::to_string));
+        if matches!(
+            ty.as_deref(),
+            Some("message.completed" | "tool_result.completed")
+        ) {
+            ends.push((seq, payload.to_vec()));
+        }
+    })
+    .await?;
+    for (seq, payload) in ends {
+        let event = whole_event(&api.js, seq, &payload)
+            .await
+            .map_err(|e| ApiError::new(503, "events_stream_unavailable", e))?;
+        // the parts were sent on the stream the client resumes; only the state is kept
+        let _ = translator.translate(&event);
+    }
+    Ok(())
+}
+
+/// The event published at `seq`, whole: fetched from the payload bucket when it was published
+/// by reference (`payload_ref`).
+async fn whole_event(
+    js: &jetstream::Context,
+    seq: u64,
+    payload: &[u8],
+) -> Result<serde_json::Value, String> {
+    let event: serde_json::Value =
+        serde_json::from_slice(payload).map_err(|e| format!("event {seq} is not JSON ({e})"))?;
+    let Some(reference) = event.get("payload_ref").cloned() else {
+        return Ok(event);
+    };
+    let reference: chunk_model::PayloadRef =
+        serde_json::from_value(reference).map_err(|e| format!("event {seq}: payload_ref ({e})"))?;
+    let whole = sink::payloads::fetch(js, &reference)
+        .await
+        .map_err(|e| format!("event {seq} published by reference: {e}"))?;
+    serde_json::from_slice(&whole)
+        .map_err(|e| format!("event {seq} stored by reference is not JSON ({e})"))
+}
 
 /// Checks `after` against the stream and opens the ordered consumer; also says whether the
 /// stream has limits that can delete events before they are read.
@@ -259,7 +343,7 @@ impl Session<'_> {
                     Ok(_) => continue,
                 },
                 _ = heartbeat.tick() => {
-                    send(&mut self.write, b": keep-alive\n\n", self.write_timeout).await?;
+                    self.send(b": keep-alive\n\n").await?;
                 }
                 next = messages.next() => match next {
                     None => {
@@ -292,19 +376,11 @@ impl Session<'_> {
                                 return Ok(());
                             }
                         };
-                        send(&mut self.write, frame.as_bytes(), self.write_timeout).await?;
+                        self.send(frame.as_bytes()).await?;
                         self.last_sent = seq;
                         heartbeat.reset();
                         if self.translator.done() {
-                            let mut end = String::new();
-                            for part in self.translator.closing() {
-                                end.push_str(&format!("data: {part}\n\n"));
-                            }
-                            if self.format() == Format::AiSdk {
-                                end.push_str("data: [DONE]\n\n");
-                            }
-                            send(&mut self.write, end.as_bytes(), self.write_timeout).await?;
-                            return Ok(());
+                            return self.finish().await;
                         }
                     }
                 }
@@ -327,6 +403,7 @@ impl Session<'_> {
         match first {
             Some(first) if first <= self.last_sent + 1 => Ok(true),
             Some(first) => {
+                Metrics::add(&self.api.metrics.ui_streams.closed_behind, 1);
                 self.send_error(
                     "behind",
                     &format!(
@@ -353,23 +430,41 @@ impl Session<'_> {
         self.translator_format
     }
 
+    /// Ends a done message the format's way (`finish-step`, `finish`, `[DONE]`;
+    /// `RUN_FINISHED`).
+    async fn finish(&mut self) -> anyhow::Result<()> {
+        let mut end = String::new();
+        for part in self.translator.closing() {
+            end.push_str(&format!("data: {part}\n\n"));
+        }
+        if self.format() == Format::AiSdk {
+            end.push_str("data: [DONE]\n\n");
+        }
+        self.send(end.as_bytes()).await?;
+        Ok(())
+    }
+
+    /// Writes within `ui.write_timeout`; a client that took no write for that long fell
+    /// behind (counted) and the stream ends.
+    async fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        match send(&mut self.write, bytes, self.write_timeout).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    Metrics::add(&self.api.metrics.ui_streams.closed_behind, 1);
+                }
+                Err(e.into())
+            }
+        }
+    }
+
     /// One event's frames in the client's format; a format other than `toolstream` reads the
     /// whole event (fetched from the payload bucket when it was published by reference).
     async fn translator_frames(&mut self, seq: u64, payload: &[u8]) -> Result<String, String> {
         if self.format() == Format::Toolstream {
             return Ok(frame(seq, payload));
         }
-        let mut event: serde_json::Value = serde_json::from_slice(payload)
-            .map_err(|e| format!("event {seq} is not JSON ({e})"))?;
-        if let Some(reference) = event.get("payload_ref").cloned() {
-            let reference: chunk_model::PayloadRef = serde_json::from_value(reference)
-                .map_err(|e| format!("event {seq}: payload_ref ({e})"))?;
-            let whole = sink::payloads::fetch(&self.api.js, &reference)
-                .await
-                .map_err(|e| format!("event {seq} published by reference: {e}"))?;
-            event = serde_json::from_slice(&whole)
-                .map_err(|e| format!("event {seq} stored by reference is not JSON ({e})"))?;
-        }
+        let event = whole_event(&self.api.js, seq, payload).await?;
         let parts = self.translator.translate(&event);
         Ok(formats::frames(seq, &parts))
     }
@@ -388,8 +483,7 @@ impl Session<'_> {
             let message = format!("{message} (last event id {})", self.last_sent);
             format!("data: {}\n\n", self.translator.error(code, &message))
         };
-        send(&mut self.write, text.as_bytes(), self.write_timeout).await?;
-        Ok(())
+        self.send(text.as_bytes()).await
     }
 }
 

@@ -20,6 +20,7 @@ pub(crate) mod formats;
 pub(crate) mod snapshot;
 
 use crate::run::config::UiConfig;
+use crate::serve::metrics::Metrics;
 use async_nats::jetstream;
 use chunk_model::wire::Subjects;
 use std::collections::HashMap;
@@ -44,6 +45,9 @@ pub struct Api {
     pub(crate) loopback: bool,
     pub(crate) streams: Arc<Semaphore>,
     pub(crate) shutdown: watch::Receiver<bool>,
+    /// Where the event streams are counted (`toolstream_ui_streams_*`): the worker's metrics
+    /// after [`Api::with_metrics`], counts nobody renders before.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl Api {
@@ -68,7 +72,14 @@ impl Api {
             loopback,
             streams,
             shutdown,
+            metrics: Arc::new(Metrics::default()),
         }
+    }
+
+    /// Counts the event streams in `metrics` (the worker's, rendered on `/metrics`).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Api {
+        self.metrics = metrics;
+        self
     }
 
     /// Answers one request whose path starts with `/v1/` (the caller read its head).
@@ -89,6 +100,9 @@ impl Api {
             return write_error(&mut stream, &e, cors.as_deref()).await;
         }
         if let Err(e) = self.authorize(&request) {
+            if matches!(Route::of(&request.path), Ok(Route::Events { .. })) {
+                Metrics::add(&self.metrics.ui_streams.rejected_auth, 1);
+            }
             return write_error(&mut stream, &e, cors.as_deref()).await;
         }
         match Route::of(&request.path) {

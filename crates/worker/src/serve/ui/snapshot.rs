@@ -136,7 +136,7 @@ fn unavailable(what: String) -> ApiError {
 }
 
 /// The sequence of the last event on `subject` (0 when there is none).
-async fn last_sequence(api: &Api, subject: &str) -> Result<u64, ApiError> {
+pub(crate) async fn last_sequence(api: &Api, subject: &str) -> Result<u64, ApiError> {
     let stream = api
         .js
         .get_stream_no_info(&api.events_stream)
@@ -152,8 +152,33 @@ async fn last_sequence(api: &Api, subject: &str) -> Result<u64, ApiError> {
 /// The `event_id`s of the events on `subject` up to sequence `last` (inclusive).
 async fn event_ids_up_to(api: &Api, subject: &str, last: u64) -> Result<HashSet<String>, ApiError> {
     let mut ids = HashSet::new();
+    read_up_to(api, subject, last, |_, payload| {
+        if let Some(id) = serde_json::from_slice::<serde_json::Value>(payload)
+            .ok()
+            .and_then(|v| {
+                v.get("event_id")
+                    .and_then(|i| i.as_str())
+                    .map(str::to_string)
+            })
+        {
+            ids.insert(id);
+        }
+    })
+    .await?;
+    Ok(ids)
+}
+
+/// Hands each event on `subject` up to sequence `last` (inclusive) to `each` as (sequence,
+/// payload as published), in stream order; nothing when `last` is 0. Ends at the first event
+/// past `last` or when none is left; bounded by [`ASK_TIMEOUT`].
+pub(crate) async fn read_up_to(
+    api: &Api,
+    subject: &str,
+    last: u64,
+    mut each: impl FnMut(u64, &[u8]),
+) -> Result<(), ApiError> {
     if last == 0 {
-        return Ok(ids);
+        return Ok(());
     }
     let stream = api
         .js
@@ -175,24 +200,16 @@ async fn event_ids_up_to(api: &Api, subject: &str, last: u64) -> Result<HashSet<
     let read = async {
         while let Some(next) = messages.next().await {
             let message = next.map_err(|e| unavailable(format!("reading {subject}: {e}")))?;
-            let seq = message
+            let info = message
                 .info()
-                .map_err(|e| unavailable(format!("reading {subject}: {e}")))?
-                .stream_sequence;
+                .map_err(|e| unavailable(format!("reading {subject}: {e}")))?;
+            let (seq, pending) = (info.stream_sequence, info.pending);
             if seq > last {
                 break;
             }
-            if let Some(id) = serde_json::from_slice::<serde_json::Value>(&message.payload)
-                .ok()
-                .and_then(|v| {
-                    v.get("event_id")
-                        .and_then(|i| i.as_str())
-                        .map(str::to_string)
-                })
-            {
-                ids.insert(id);
-            }
-            if seq == last {
+            each(seq, &message.payload);
+            // `pending` 0: nothing more on the subject (events up to `last` deleted by limits)
+            if seq == last || pending == 0 {
                 break;
             }
         }
@@ -200,8 +217,7 @@ async fn event_ids_up_to(api: &Api, subject: &str, last: u64) -> Result<HashSet<
     };
     tokio::time::timeout(ASK_TIMEOUT, read)
         .await
-        .map_err(|_| unavailable(format!("reading {subject} up to {last} took too long")))??;
-    Ok(ids)
+        .map_err(|_| unavailable(format!("reading {subject} up to {last} took too long")))?
 }
 
 /// Asks the query service for the snapshot; its error codes become the answer's status, a
