@@ -1,6 +1,9 @@
 // Reads a toolstream UI event stream (the raw SSE body) on stdin and checks it with the real
 // client library of its format, then prints what the library made of it as one JSON line:
-//   node check.mjs ai-sdk < body   -> {"chunks": n, "done": bool, "message": <UIMessage>}
+//   node check.mjs ai-sdk < body   -> {"chunks": n, "done": bool, "message": <UIMessage>,
+//                                       "deltas": {toolCallId: concatenated inputTextDelta},
+//                                       "streaming": [{toolCallId, input}: each tool part the
+//                                                     reader showed in state input-streaming]}
 //   node check.mjs ag-ui  < body   -> {"events": [<parsed events>]}
 // Any chunk or event the library refuses is printed to stderr and the exit code is 1.
 import { readFileSync } from "node:fs";
@@ -42,13 +45,21 @@ if (format === "ai-sdk") {
       controller.close();
     },
   });
+  const deltas = {};
+  for (const c of chunks) {
+    if (c.type === "tool-input-delta") deltas[c.toolCallId] = (deltas[c.toolCallId] ?? "") + c.inputTextDelta;
+  }
   let message = null;
   const errors = [];
+  const streaming = [];
   for await (const m of readUIMessageStream({ stream, onError: (e) => errors.push(String(e)), terminateOnError: true })) {
     message = m;
+    for (const p of m.parts) {
+      if (p.state === "input-streaming") streaming.push({ toolCallId: p.toolCallId, input: p.input ?? null });
+    }
   }
   if (errors.length) fail(`readUIMessageStream: ${errors.join("; ")}`);
-  process.stdout.write(JSON.stringify({ chunks: chunks.length, done, message }) + "\n");
+  process.stdout.write(JSON.stringify({ chunks: chunks.length, done, message, deltas, streaming }) + "\n");
 } else if (format === "ag-ui") {
   const { EventSchemas } = await import("@ag-ui/core/schemas");
   const events = [];

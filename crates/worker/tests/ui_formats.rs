@@ -3,7 +3,11 @@
 //! `readUIMessageStream`, `@ag-ui/core`'s `EventSchemas`): a message with a completed call and
 //! its result, a completed call whose tool failed, and a call with broken JSON ends in the
 //! expected tool part states with the expected inputs and outputs. Also: on a loopback listener
-//! without `ui.token` the API needs no token. One server and one worker for the whole file.
+//! without `ui.token` the API needs no token. With argument previews on
+//! (`[assembler.previews]`), the same readers get the argument text as it arrived: AI SDK
+//! `tool-input-delta`s (the reader shows the call `input-streaming` with a partial input) and
+//! AG-UI `TOOL_CALL_ARGS` deltas, each concatenating to the final arguments. One server and
+//! one worker per test.
 //!
 //! Needs Node 20+ and npm; without them the test fails saying so (never skipped).
 
@@ -219,4 +223,128 @@ async fn ai_sdk_and_ag_ui_streams_are_read_by_the_real_client_libraries() {
     )
     .await;
     assert_eq!(head.status, 400);
+}
+
+/// The arguments of [`publish_streamed`]'s call, as the fragments concatenate.
+const STREAMED: &str = "{\"city\":\"Paris\", \"days\": 3, \"note\": \"a \\\"quoted\\\" word\"}";
+
+/// Publishes message `msg`: call `call_live` whose arguments ([`STREAMED`]) arrive in small
+/// fragments, then its result.
+async fn publish_streamed(producer: &Producer, msg: &str) {
+    let mut chunks = vec![openai::role_chunk()];
+    chunks.push(openai::call_start(0, "call_live", "plan_trip"));
+    let mut rest = STREAMED;
+    while !rest.is_empty() {
+        let cut = rest.char_indices().nth(5).map_or(rest.len(), |(i, _)| i);
+        chunks.push(openai::args_chunk(0, &rest[..cut]));
+        rest = &rest[cut..];
+    }
+    chunks.push(openai::finish_chunk("tool_calls"));
+    chunks.push(openai::DONE.to_vec());
+    for (seq, c) in chunks.iter().enumerate() {
+        producer
+            .chunk(CONV, msg, "openai-chat", seq as u64, c)
+            .await;
+    }
+    producer.result(CONV, msg, 0, "call_live", "booked").await;
+}
+
+#[tokio::test]
+async fn with_previews_the_real_client_libraries_read_the_arguments_as_they_arrive() {
+    let clients = tokio::task::spawn_blocking(ui_clients);
+    let server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolstream.toml");
+    // a delta after every fragment
+    std::fs::write(
+        &config,
+        "[assembler.previews]\nenabled = true\nmin_bytes = 1\nmin_interval_ms = 0\n",
+    )
+    .unwrap();
+    let worker = OpsWorker::start_with(
+        &server.url(),
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    worker.wait_status("/healthz", 200).await;
+    let port = worker.metrics_port;
+    let client = common::client(&server.url()).await;
+    let producer = Producer::new(async_nats::jetstream::new(client.clone()));
+    publish_streamed(&producer, "m2").await;
+    let clients = clients.await.unwrap();
+    let want: Value = serde_json::from_str(STREAMED).unwrap();
+
+    // --- ai-sdk ---------------------------------------------------------------------------
+    let (_, sse) = body(
+        port,
+        &format!("/v1/conversations/{CONV}/events?message=m2&format=ai-sdk"),
+    )
+    .await;
+    let read = check(&clients, "ai-sdk", &sse);
+    assert_eq!(read["done"], true);
+    assert_eq!(
+        read["deltas"]["call_live"], STREAMED,
+        "the tool-input-deltas concatenate to the final input text"
+    );
+    assert!(
+        sse.matches("\"tool-input-delta\"").count() >= 5,
+        "a delta per fragment: {sse}"
+    );
+    let streaming: Vec<&Value> = read["streaming"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["toolCallId"] == "call_live")
+        .collect();
+    assert!(
+        streaming
+            .iter()
+            .any(|p| p["input"]["city"] == "Paris" && p["input"].get("note").is_none()),
+        "the reader showed a partial input: {streaming:?}"
+    );
+    let part = read["message"]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["toolCallId"] == "call_live")
+        .unwrap();
+    assert_eq!(part["state"], "output-available", "{part}");
+    assert_eq!(
+        part["input"], want,
+        "the final input is the completed arguments"
+    );
+    assert_eq!(part["output"], "booked");
+
+    // --- ag-ui ----------------------------------------------------------------------------
+    let (_, sse) = body(
+        port,
+        &format!("/v1/conversations/{CONV}/events?message=m2&format=ag-ui"),
+    )
+    .await;
+    let read = check(&clients, "ag-ui", &sse);
+    let events: Vec<&Value> = read["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["toolCallId"] == "call_live")
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"TOOL_CALL_START"));
+    let args: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "TOOL_CALL_ARGS")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert!(args.len() >= 5, "a TOOL_CALL_ARGS per fragment: {types:?}");
+    assert_eq!(
+        args.concat(),
+        STREAMED,
+        "the deltas concatenate to the args"
+    );
+    let end = types.iter().position(|t| *t == "TOOL_CALL_END").unwrap();
+    assert!(
+        types[..end].iter().all(|t| *t != "TOOL_CALL_RESULT"),
+        "{types:?}"
+    );
+    assert_eq!(types.last(), Some(&"TOOL_CALL_RESULT"));
 }

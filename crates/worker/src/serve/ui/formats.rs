@@ -6,10 +6,21 @@
 //! | --- | --- | --- |
 //! | stream opens | `start` {messageId}, `start-step` | `RUN_STARTED` {threadId = conv, runId = msg} |
 //! | `tool_call.started` | `tool-input-start` | `TOOL_CALL_START` {parentMessageId = msg} |
-//! | `tool_call.completed` | `tool-input-available` {input = arguments} | `TOOL_CALL_ARGS` {delta = raw_arguments}, `TOOL_CALL_END` |
-//! | `tool_call.invalid` / `abandoned` | `tool-input-error` {input = raw_arguments, errorText} | `TOOL_CALL_ARGS`, `TOOL_CALL_END` (if started), `CUSTOM` `toolstream.tool_call.<status>` |
+//! | `tool_call.delta` (previews) | `tool-input-delta` {inputTextDelta = arguments_delta} | `TOOL_CALL_ARGS` {delta = arguments_delta} |
+//! | `tool_call.completed` | (`tool-input-delta` {the rest}), `tool-input-available` {input = arguments} | `TOOL_CALL_ARGS` {delta = the rest of raw_arguments}, `TOOL_CALL_END` |
+//! | `tool_call.invalid` / `abandoned` | (`tool-input-delta` {the rest}), `tool-input-error` {input = raw_arguments, errorText} | `TOOL_CALL_ARGS` {the rest}, `TOOL_CALL_END` (if started), `CUSTOM` `toolstream.tool_call.<status>` |
 //! | `tool_result.completed` | `tool-output-available` / `tool-output-error` (is_error) | `TOOL_CALL_RESULT` {role tool} (+ `CUSTOM` `toolstream.tool_result.error`) |
 //! | the message is done | `finish-step`, `finish`, `[DONE]` | `RUN_FINISHED` |
+//!
+//! Argument text: a call started on this stream gets its `tool_call.delta`s (when the worker
+//! emits them, `assembler.previews`) as text parts, in order (a delta whose offset is not where
+//! the text sent so far ends is skipped); at its end "the rest" is `raw_arguments` past what the
+//! deltas sent (AG-UI: all of it when none did; AI SDK: only after a delta), so the text parts
+//! of a call concatenate to its final `raw_arguments`. If the final text does not extend what
+//! the deltas sent (a provider restating the input differently), AI SDK's `input` is the truth
+//! anyway and AG-UI gets a `CUSTOM` `toolstream.tool_call.arguments` {toolCallId,
+//! rawArguments}. A call started before a resumed stream gets no text parts (neither reader
+//! takes text for a call it has not seen start).
 //!
 //! "Done" = `message.completed` was seen and every call it lists as completed has a result;
 //! then the stream closes. Every SSE frame group of one event ends with `id: <sequence>`, so
@@ -18,7 +29,7 @@
 //! an id and no data moves the client's last event id without dispatching anything).
 
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// The wire of an event stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,9 +64,49 @@ pub(crate) struct Translator {
     completed_calls: Vec<String>,
     /// Calls with a result seen (in `message.completed` or as `tool_result.completed`).
     results: HashSet<String>,
-    /// Calls whose `tool_call.started` was translated (AG-UI ends only what it started).
-    started: HashSet<String>,
+    /// Calls whose `tool_call.started` was translated (AG-UI ends only what it started; text
+    /// parts go only to calls started here), with the argument text sent for them.
+    started: HashMap<String, Sent>,
     message_completed: bool,
+}
+
+/// The argument text sent for one call: its length, an FNV-1a hash of it (to tell whether the
+/// final text extends it without keeping it), and how many delta parts carried it.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    bytes: usize,
+    hash: u64,
+    deltas: usize,
+}
+
+impl Sent {
+    const EMPTY: Sent = Sent {
+        bytes: 0,
+        hash: FNV_OFFSET,
+        deltas: 0,
+    };
+
+    fn push(&mut self, text: &str) {
+        self.bytes += text.len();
+        self.hash = fnv(self.hash, text.as_bytes());
+        self.deltas += 1;
+    }
+
+    /// The part of `raw` not sent yet, if `raw` starts with what was sent.
+    fn rest<'a>(&self, raw: &'a str) -> Option<&'a str> {
+        let (head, rest) = (raw.get(..self.bytes)?, raw.get(self.bytes..)?);
+        (fnv(FNV_OFFSET, head.as_bytes()) == self.hash).then_some(rest)
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 impl Translator {
@@ -66,7 +117,7 @@ impl Translator {
             message: message.to_string(),
             completed_calls: Vec::new(),
             results: HashSet::new(),
-            started: HashSet::new(),
+            started: HashMap::new(),
             message_completed: false,
         }
     }
@@ -123,13 +174,20 @@ impl Translator {
             Format::Toolstream => vec![],
             Format::AiSdk => match ty {
                 "tool_call.started" => {
+                    self.started.entry(call_id.clone()).or_insert(Sent::EMPTY);
                     let mut part = json!({"type": "tool-input-start", "toolCallId": call_id, "toolName": name});
                     if provider_executed {
                         part["providerExecuted"] = json!(true);
                     }
                     vec![part]
                 }
+                "tool_call.delta" => self
+                    .delta(&call_id, event)
+                    .map(|text| json!({"type": "tool-input-delta", "toolCallId": call_id, "inputTextDelta": text}))
+                    .into_iter()
+                    .collect(),
                 "tool_call.completed" => {
+                    let mut parts = self.ai_sdk_rest(&call_id, raw);
                     let mut part = json!({
                         "type": "tool-input-available",
                         "toolCallId": call_id,
@@ -139,15 +197,20 @@ impl Translator {
                     if provider_executed {
                         part["providerExecuted"] = json!(true);
                     }
-                    vec![part]
+                    parts.push(part);
+                    parts
                 }
-                "tool_call.invalid" | "tool_call.abandoned" => vec![json!({
-                    "type": "tool-input-error",
-                    "toolCallId": call_id,
-                    "toolName": name,
-                    "input": raw,
-                    "errorText": error_text(ty, event),
-                })],
+                "tool_call.invalid" | "tool_call.abandoned" => {
+                    let mut parts = self.ai_sdk_rest(&call_id, raw);
+                    parts.push(json!({
+                        "type": "tool-input-error",
+                        "toolCallId": call_id,
+                        "toolName": name,
+                        "input": raw,
+                        "errorText": error_text(ty, event),
+                    }));
+                    parts
+                }
                 "tool_result.completed" => {
                     let result = &event["tool_result"];
                     let id = result["tool_call_id"].as_str().unwrap_or_default();
@@ -166,7 +229,7 @@ impl Translator {
             },
             Format::AgUi => match ty {
                 "tool_call.started" => {
-                    self.started.insert(call_id.clone());
+                    self.started.entry(call_id.clone()).or_insert(Sent::EMPTY);
                     vec![json!({
                         "type": "TOOL_CALL_START",
                         "toolCallId": call_id,
@@ -174,13 +237,24 @@ impl Translator {
                         "parentMessageId": self.message,
                     })]
                 }
+                "tool_call.delta" => self
+                    .delta(&call_id, event)
+                    .map(|text| json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": text}))
+                    .into_iter()
+                    .collect(),
                 "tool_call.completed" | "tool_call.invalid" | "tool_call.abandoned" => {
                     let mut parts = Vec::new();
-                    if self.started.contains(&call_id) {
-                        if !raw.is_empty() {
-                            parts.push(
-                                json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": raw}),
-                            );
+                    if let Some(sent) = self.started.get(&call_id) {
+                        match sent.rest(raw) {
+                            Some("") => {}
+                            Some(rest) => parts.push(
+                                json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": rest}),
+                            ),
+                            None => parts.push(json!({
+                                "type": "CUSTOM",
+                                "name": "toolstream.tool_call.arguments",
+                                "value": {"toolCallId": call_id, "rawArguments": raw},
+                            })),
                         }
                         parts.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
                     }
@@ -219,6 +293,36 @@ impl Translator {
                 }
                 _ => vec![],
             },
+        }
+    }
+
+    /// The text of a `tool_call.delta` for a call started on this stream, if it continues
+    /// exactly where the text sent so far ends (recorded as sent).
+    fn delta(&mut self, call_id: &str, event: &Value) -> Option<String> {
+        let sent = self.started.get_mut(call_id)?;
+        let text = event["arguments_delta"]
+            .as_str()
+            .filter(|t| !t.is_empty())?;
+        if event["arguments_offset"].as_u64() != Some(sent.bytes as u64) {
+            return None;
+        }
+        sent.push(text);
+        Some(text.to_string())
+    }
+
+    /// AI SDK: the rest of a call's final text as one more `tool-input-delta`, when deltas
+    /// were sent for it and the final text extends them.
+    fn ai_sdk_rest(&self, call_id: &str, raw: &str) -> Vec<Value> {
+        match self.started.get(call_id) {
+            Some(sent) if sent.deltas > 0 => match sent.rest(raw) {
+                Some(rest) if !rest.is_empty() => vec![json!({
+                    "type": "tool-input-delta",
+                    "toolCallId": call_id,
+                    "inputTextDelta": rest,
+                })],
+                _ => vec![],
+            },
+            _ => vec![],
         }
     }
 
@@ -322,6 +426,118 @@ mod tests {
         let parts = t.translate(&call_event("tool_call.invalid", "b", Value::Null, "{x"));
         let types: Vec<&str> = parts.iter().map(|p| p["type"].as_str().unwrap()).collect();
         assert_eq!(types, ["TOOL_CALL_ARGS", "TOOL_CALL_END", "CUSTOM"]);
+    }
+
+    fn delta_event(id: &str, offset: usize, text: &str) -> Value {
+        json!({"type": "tool_call.delta", "tool_call": {"id": id, "name": "f", "arguments": null,
+               "raw_arguments": "", "index": 0}, "arguments_delta": text, "arguments_offset": offset})
+    }
+
+    /// The text parts of a call (`inputTextDelta` / `delta`) in order, and the part types.
+    fn text_of(parts: &[Value]) -> (String, Vec<String>) {
+        let text = parts
+            .iter()
+            .filter_map(|p| p["inputTextDelta"].as_str().or(p["delta"].as_str()))
+            .collect();
+        let types = parts
+            .iter()
+            .map(|p| p["type"].as_str().unwrap().to_string())
+            .collect();
+        (text, types)
+    }
+
+    #[test]
+    fn deltas_become_text_parts_that_concatenate_to_the_final_arguments() {
+        let raw = "{\"city\":\"Paris\"}";
+        for format in [Format::AiSdk, Format::AgUi] {
+            let mut t = Translator::new(format, "c", "m");
+            let mut parts = t.translate(&call_event("tool_call.started", "a", Value::Null, ""));
+            parts.extend(t.translate(&delta_event("a", 0, "{\"city\":")));
+            parts.extend(t.translate(&delta_event("a", 8, "\"Par")));
+            // a delta that does not continue the text sent (here: one seen again) is skipped
+            parts.extend(t.translate(&delta_event("a", 8, "\"Par")));
+            parts.extend(t.translate(&call_event(
+                "tool_call.completed",
+                "a",
+                json!({"city": "Paris"}),
+                raw,
+            )));
+            let (text, types) = text_of(&parts);
+            assert_eq!(text, raw, "{format:?}");
+            let want: &[&str] = match format {
+                Format::AiSdk => &[
+                    "tool-input-start",
+                    "tool-input-delta",
+                    "tool-input-delta",
+                    "tool-input-delta",
+                    "tool-input-available",
+                ],
+                _ => &[
+                    "TOOL_CALL_START",
+                    "TOOL_CALL_ARGS",
+                    "TOOL_CALL_ARGS",
+                    "TOOL_CALL_ARGS",
+                    "TOOL_CALL_END",
+                ],
+            };
+            assert_eq!(types, want, "{format:?}");
+        }
+    }
+
+    #[test]
+    fn no_text_parts_for_a_call_not_started_on_this_stream_and_no_rest_without_deltas() {
+        for format in [Format::AiSdk, Format::AgUi] {
+            let mut t = Translator::new(format, "c", "m");
+            assert!(
+                t.translate(&delta_event("a", 0, "{")).is_empty(),
+                "resumed after its start"
+            );
+        }
+        // previews off: AI SDK's parts are as before, AG-UI sends the text at the end
+        let mut t = Translator::new(Format::AiSdk, "c", "m");
+        t.translate(&call_event("tool_call.started", "a", Value::Null, ""));
+        let parts = t.translate(&call_event("tool_call.completed", "a", json!({}), "{}"));
+        assert_eq!(text_of(&parts).1, ["tool-input-available"]);
+        let mut t = Translator::new(Format::AgUi, "c", "m");
+        t.translate(&call_event("tool_call.started", "a", Value::Null, ""));
+        let parts = t.translate(&call_event("tool_call.completed", "a", json!({}), "{}"));
+        assert_eq!(
+            text_of(&parts),
+            (
+                "{}".to_string(),
+                vec!["TOOL_CALL_ARGS".to_string(), "TOOL_CALL_END".to_string()]
+            )
+        );
+    }
+
+    #[test]
+    fn a_final_text_that_does_not_extend_the_deltas_is_said_apart_in_ag_ui() {
+        let mut t = Translator::new(Format::AgUi, "c", "m");
+        t.translate(&call_event("tool_call.started", "a", Value::Null, ""));
+        t.translate(&delta_event("a", 0, "{\"city\": "));
+        let parts = t.translate(&call_event(
+            "tool_call.completed",
+            "a",
+            json!({"city": "Paris"}),
+            "{\"city\":\"Paris\"}",
+        ));
+        assert_eq!(text_of(&parts).1, ["CUSTOM", "TOOL_CALL_END"]);
+        assert_eq!(parts[0]["name"], "toolstream.tool_call.arguments");
+        assert_eq!(parts[0]["value"]["rawArguments"], "{\"city\":\"Paris\"}");
+        let mut t = Translator::new(Format::AiSdk, "c", "m");
+        t.translate(&call_event("tool_call.started", "a", Value::Null, ""));
+        t.translate(&delta_event("a", 0, "{\"city\": "));
+        let parts = t.translate(&call_event(
+            "tool_call.completed",
+            "a",
+            json!({"city": "Paris"}),
+            "{\"city\":\"Paris\"}",
+        ));
+        assert_eq!(
+            text_of(&parts).1,
+            ["tool-input-available"],
+            "input is the truth"
+        );
     }
 
     #[test]
