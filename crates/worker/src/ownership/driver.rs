@@ -58,6 +58,10 @@ pub(crate) struct Driver {
     member_rev: Option<u64>,
     view: View,
     host_gone: bool,
+    /// Partitions the host gave back of its own accord (an engine that did not start): not
+    /// taken again by this worker before the instant, so another worker gets a chance and a
+    /// failing start does not spin.
+    cooldown: BTreeMap<u32, Instant>,
 }
 
 fn lease_key(k: u32) -> String {
@@ -93,6 +97,7 @@ impl Driver {
             member_rev: None,
             view: View::default(),
             host_gone: false,
+            cooldown: BTreeMap::new(),
         }
     }
 
@@ -294,8 +299,7 @@ impl Driver {
                     self.lose(
                         k,
                         "renewal refused: the key has another revision (expired, and maybe taken)",
-                    )
-                    .await;
+                    );
                 }
                 Err(WriteError::Other(e)) => {
                     tracing::warn!(worker = %me, partition = k, error = %e, "lease renewal failed; retrying next tick");
@@ -317,7 +321,8 @@ impl Driver {
         }
     }
 
-    /// Revokes every lease whose local deadline passed (and releases it if still ours).
+    /// Revokes every lease whose local deadline passed, then deletes those still at our
+    /// revision (so they are free now rather than at the server's expiry).
     async fn drop_lapsed(&mut self) {
         let lapsed: Vec<u32> = self
             .held
@@ -325,18 +330,41 @@ impl Driver {
             .filter(|(_, h)| h.fence.lapsed())
             .map(|(k, _)| *k)
             .collect();
-        for k in lapsed {
-            self.lose(k, "expired locally (no successful renewal within the TTL)")
-                .await;
+        let lost: Vec<(u32, u64, u64)> = lapsed
+            .into_iter()
+            .filter_map(|k| self.lose(k, "expired locally (no successful renewal within the TTL)"))
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        let bucket = &self.bucket;
+        let results =
+            futures::future::join_all(lost.into_iter().map(|(k, epoch, rev)| async move {
+                (k, epoch, bucket.delete_if(&lease_key(k), rev).await)
+            }))
+            .await;
+        for (k, epoch, result) in results {
+            match result {
+                Ok(_) => {
+                    tracing::info!(worker = %self.me(), partition = k, epoch, "lapsed lease released");
+                }
+                Err(WriteError::Conflict) => {
+                    self.shared.cas_conflicts.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(worker = %self.me(), partition = k, epoch,
+                        "lapsed lease moved on (the server refused our revision)");
+                }
+                Err(WriteError::Other(e)) => {
+                    tracing::warn!(worker = %self.me(), partition = k, error = %e,
+                        "releasing a lapsed lease failed; it expires by itself");
+                }
+            }
         }
     }
 
-    /// The lease on `k` is lost: revoke, tell the host, and delete the key if it is still at our
-    /// revision (so it is free now rather than at the server's expiry).
-    async fn lose(&mut self, k: u32, why: &str) {
-        let Some(h) = self.held.remove(&k) else {
-            return;
-        };
+    /// The lease on `k` is lost: revoke its fence, tell the host. Its (partition, epoch, last
+    /// revision), if it was held.
+    fn lose(&mut self, k: u32, why: &str) -> Option<(u32, u64, u64)> {
+        let h = self.held.remove(&k)?;
         h.fence.revoke();
         self.shared.revoked.fetch_add(1, Ordering::Relaxed);
         self.publish_owned();
@@ -345,19 +373,7 @@ impl Driver {
             partition: k,
             epoch: h.epoch,
         });
-        match self.bucket.delete_if(&lease_key(k), h.revision).await {
-            Ok(_) => {
-                tracing::info!(worker = %self.me(), partition = k, epoch = h.epoch, "lapsed lease released");
-            }
-            Err(WriteError::Conflict) => {
-                self.shared.cas_conflicts.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(worker = %self.me(), partition = k, epoch = h.epoch,
-                    "lease moved on (the server refused our revision)");
-            }
-            Err(WriteError::Other(e)) => {
-                tracing::warn!(worker = %self.me(), partition = k, error = %e, "releasing a lost lease failed; it expires by itself");
-            }
-        }
+        Some((k, h.epoch, h.revision))
     }
 
     /// The host stopped the engine of `k` at `epoch`: revoke and delete.
@@ -371,6 +387,10 @@ impl Driver {
         };
         h.fence.revoke();
         self.publish_owned();
+        if !h.handing_off {
+            self.cooldown
+                .insert(k, Instant::now() + self.r.cfg.lease_ttl);
+        }
         match self.bucket.delete_if(&lease_key(k), h.revision).await {
             Ok(_) => {
                 self.shared.released.fetch_add(1, Ordering::Relaxed);
@@ -475,10 +495,11 @@ impl Driver {
                 Some((w, e)) if *w == me && *e == epoch => {}
                 Some(_) => {
                     self.shared.cas_conflicts.fetch_add(1, Ordering::Relaxed);
-                    self.lose(k, "the bucket names another owner or epoch")
-                        .await;
+                    self.lose(k, "the bucket names another owner or epoch");
                 }
-                None => self.lose(k, "the lease key is gone").await,
+                None => {
+                    self.lose(k, "the lease key is gone");
+                }
             }
         }
         self.view = view;
@@ -492,8 +513,14 @@ impl Driver {
             .filter(|(_, h)| !h.handing_off)
             .map(|(k, _)| *k)
             .collect();
+        let now = Instant::now();
+        self.cooldown.retain(|_, until| *until > now);
         let free: BTreeSet<u32> = (0..self.partitions)
-            .filter(|k| !self.view.leases.contains_key(k) && !self.held.contains_key(k))
+            .filter(|k| {
+                !self.view.leases.contains_key(k)
+                    && !self.held.contains_key(k)
+                    && !self.cooldown.contains_key(k)
+            })
             .collect();
         let plan = balance::plan(self.partitions, &self.view.members, &me, &kept, &free);
         for k in plan.hand_off {

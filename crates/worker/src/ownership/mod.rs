@@ -95,7 +95,7 @@ mod fence;
 
 pub use fence::Fence;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -104,27 +104,39 @@ use tokio::sync::{mpsc, oneshot};
 
 /// The `[ownership]` settings. Every worker sharing a bucket must use the same `bucket`,
 /// `lease_ttl` and `replicas`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OwnershipConfig {
     /// The KV bucket of leases and members. Default `TOOLSTREAM_LEASES`.
     pub bucket: String,
     /// How long a lease lives without renewal (the bucket's `max_age`): the longest a dead
-    /// worker's partitions stay unowned. Default `10s`.
-    #[serde(deserialize_with = "de_duration")]
+    /// worker's partitions stay unowned. Default `15s`. On a cluster, `lease_ttl -
+    /// safety_margin - renew_interval` must exceed the time the servers take to elect a new
+    /// leader for the bucket after losing a node (nats-server's election timeout is 4-9 s), or
+    /// every lease is lost (safely, and re-acquired) in such a failover.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub lease_ttl: Duration,
-    /// How often leases and the member key are renewed. Default (unset): `lease_ttl / 3`. Must
-    /// be at most `(lease_ttl - safety_margin) / 2`, so one lost renewal costs no lease.
-    #[serde(deserialize_with = "de_opt_duration")]
+    /// How often leases and the member key are renewed. Default (unset): `lease_ttl / 5` (3 s
+    /// for the default TTL). Must be at most `(lease_ttl - safety_margin) / 2`, so one lost
+    /// renewal costs no lease.
+    #[serde(
+        deserialize_with = "de_opt_duration",
+        serialize_with = "ser_opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub renew_interval: Option<Duration>,
     /// How long before the server's expiry a lease stops being valid locally: covers the
     /// offset between the NATS servers' clocks. Default `1s`; less than `lease_ttl`.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub safety_margin: Duration,
-    /// The bucket's replicas when it is created (3 on a three-node cluster). Default 1.
+    /// The bucket's replicas (3 on a three-node cluster); an existing bucket with another
+    /// count is refused. Not read from the file: the host sets it from `streams.replicas`, one
+    /// replica setting for streams and buckets. Default 1.
+    #[serde(skip)]
     pub replicas: usize,
     /// This worker's id, unique among live workers (`[A-Za-z0-9_=-]+`). Default (unset):
     /// `$HOSTNAME` (or `worker`), the process id and a random suffix.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub worker_id: Option<String>,
 }
 
@@ -132,7 +144,7 @@ impl Default for OwnershipConfig {
     fn default() -> Self {
         OwnershipConfig {
             bucket: "TOOLSTREAM_LEASES".to_string(),
-            lease_ttl: Duration::from_secs(10),
+            lease_ttl: Duration::from_secs(15),
             renew_interval: None,
             safety_margin: Duration::from_secs(1),
             replicas: 1,
@@ -143,6 +155,14 @@ impl Default for OwnershipConfig {
 
 fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     crate::run::duration::HumanDuration::deserialize(d).map(|h| h.get())
+}
+
+fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    crate::run::duration::HumanDuration(*d).serialize(s)
+}
+
+fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    d.map(crate::run::duration::HumanDuration).serialize(s)
 }
 
 fn de_opt_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -158,9 +178,9 @@ pub(crate) struct Resolved {
 }
 
 impl OwnershipConfig {
-    /// The renewal interval in effect (`lease_ttl / 3` unless set).
+    /// The renewal interval in effect (`lease_ttl / 5` unless set).
     pub fn effective_renew_interval(&self) -> Duration {
-        self.renew_interval.unwrap_or(self.lease_ttl / 3)
+        self.renew_interval.unwrap_or(self.lease_ttl / 5)
     }
 
     /// Checks the settings (the host may call it when it reads its configuration).
@@ -472,7 +492,12 @@ pub async fn start(
     partitions: u32,
 ) -> Result<(OwnershipHandle, mpsc::Receiver<Change>), OwnershipError> {
     let resolved = cfg.resolve()?;
-    let op_timeout = resolved.renew_interval;
+    // One request may take up to a renewal interval (at least 1 s, at most half a TTL); the
+    // fences do not wait for it, they read the clock.
+    let op_timeout = resolved
+        .renew_interval
+        .max(Duration::from_secs(1))
+        .min(resolved.cfg.lease_ttl / 2);
     let bucket = bucket::Bucket::ensure(js.clone(), &resolved.cfg, op_timeout).await?;
     let wake = js
         .client()
@@ -516,13 +541,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_defaults_are_valid_and_the_renewal_is_a_third_of_the_ttl() {
+    fn the_defaults_are_valid_and_the_renewal_is_a_fifth_of_the_ttl() {
         let c = OwnershipConfig::default();
         c.validate().expect("defaults are valid");
-        assert_eq!(
-            c.effective_renew_interval(),
-            Duration::from_millis(3_333) + Duration::from_nanos(333_333)
-        );
+        assert_eq!(c.effective_renew_interval(), Duration::from_secs(3));
         let r = c.resolve().expect("resolves");
         assert!(!r.worker_id.is_empty());
         assert!(r
@@ -535,14 +557,23 @@ mod tests {
     fn the_toml_section_reads_human_durations_and_refuses_unknown_keys() {
         let c: OwnershipConfig = toml::from_str(
             "bucket = \"L\"\nlease_ttl = \"3s\"\nrenew_interval = \"500ms\"\n\
-             safety_margin = \"250ms\"\nreplicas = 3\nworker_id = \"w-1\"\n",
+             safety_margin = \"250ms\"\nworker_id = \"w-1\"\n",
         )
         .expect("parses");
         assert_eq!(c.lease_ttl, Duration::from_secs(3));
         assert_eq!(c.renew_interval, Some(Duration::from_millis(500)));
         assert_eq!(c.safety_margin, Duration::from_millis(250));
-        assert_eq!((c.replicas, c.worker_id.as_deref()), (3, Some("w-1")));
+        assert_eq!((c.replicas, c.worker_id.as_deref()), (1, Some("w-1")));
         c.validate().expect("valid");
+        assert!(
+            toml::from_str::<OwnershipConfig>("replicas = 3").is_err(),
+            "replicas come from streams.replicas"
+        );
+        let back: OwnershipConfig =
+            toml::from_str(&toml::to_string(&c).expect("serializes")).expect("reads back");
+        assert_eq!(back, c);
+        let text = toml::to_string(&c).expect("serializes");
+        assert!(text.contains("lease_ttl = \"3s\""), "{text}");
         assert!(toml::from_str::<OwnershipConfig>("lease_tll = \"3s\"").is_err());
         let empty: OwnershipConfig = toml::from_str("").expect("all defaults");
         assert_eq!(empty, OwnershipConfig::default());

@@ -1,0 +1,694 @@
+//! Partition ownership through NATS KV leases (`toolstream::ownership`), against real
+//! nats-server processes: one server, and the testkit's three-node cluster with an R3 bucket.
+//!
+//! Each worker here is the ownership module plus a minimal host that does what the real host
+//! does with the changes (Acquired: hold the fence; Revoked: drop it; HandOff: drop it, then
+//! `released`). A checker samples every worker's fences all along: two valid fences for one
+//! partition at the same instant is a failure. The KV bucket is read directly to check that
+//! it agrees with the hosts. Takeover times are printed (`--nocapture`), never asserted.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use toolstream::ownership::{self, Change, Fence, OwnershipConfig, OwnershipStats};
+use toolstream_testkit::wait::eventually_async;
+use toolstream_testkit::{debian_server, NatsCluster, NatsServer};
+
+const BUCKET: &str = "TOOLSTREAM_LEASES";
+/// Generous bound for anything event-driven.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// `RUST_LOG=toolstream=info` shows the module's logs (leases acquired, revoked, handed off).
+fn logs() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+fn config(worker: &str, ttl: Duration, replicas: usize) -> OwnershipConfig {
+    OwnershipConfig {
+        lease_ttl: ttl,
+        safety_margin: ttl / 5,
+        replicas,
+        worker_id: Some(worker.to_string()),
+        ..OwnershipConfig::default()
+    }
+}
+
+/// What one test host saw.
+#[derive(Default)]
+struct HostState {
+    /// Partition -> (epoch, fence), as the host holds them.
+    held: BTreeMap<u32, (u64, Fence)>,
+    acquired: u32,
+    revoked: u32,
+    handed_off: u32,
+    /// Changes that contradict the host's state (e.g. a Revoked for an epoch not held).
+    errors: Vec<String>,
+}
+
+enum Ctl {
+    Stop(oneshot::Sender<()>),
+    Stall(Duration),
+    Stats(oneshot::Sender<OwnershipStats>),
+}
+
+/// The ownership module of one worker and its host.
+struct Worker {
+    id: String,
+    state: Arc<Mutex<HostState>>,
+    ctl: mpsc::UnboundedSender<Ctl>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Worker {
+    async fn start(urls: &[String], cfg: OwnershipConfig, partitions: u32) -> Worker {
+        let client = async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(5))
+            .connect(urls.to_vec())
+            .await
+            .expect("connect");
+        let js = jetstream::new(client);
+        let id = cfg.worker_id.clone().expect("tests name their workers");
+        let (handle, mut changes) = ownership::start(js, cfg, partitions)
+            .await
+            .expect("ownership starts");
+        let state = Arc::new(Mutex::new(HostState::default()));
+        let (ctl, mut ctl_rx) = mpsc::unbounded_channel();
+        let st = state.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    change = changes.recv() => {
+                        let Some(change) = change else { return };
+                        let hand_back = {
+                            let mut s = st.lock().unwrap();
+                            match change {
+                                Change::Acquired(lease) => {
+                                    s.acquired += 1;
+                                    let prev = s.held.insert(lease.partition(), (lease.epoch(), lease.fence()));
+                                    if let Some((e, _)) = prev {
+                                        s.errors.push(format!("acquired {} while holding epoch {e}", lease.partition()));
+                                    }
+                                    None
+                                }
+                                Change::Revoked { partition, epoch } => {
+                                    s.revoked += 1;
+                                    match s.held.remove(&partition) {
+                                        Some((e, f)) if e == epoch => {
+                                            if f.is_valid() {
+                                                s.errors.push(format!("revoked {partition} but its fence is valid"));
+                                            }
+                                        }
+                                        other => s.errors.push(format!("revoked {partition}/{epoch}, held {:?}", other.map(|o| o.0))),
+                                    }
+                                    None
+                                }
+                                Change::HandOff { partition, epoch } => {
+                                    s.handed_off += 1;
+                                    match s.held.remove(&partition) {
+                                        Some((e, _)) if e == epoch => {}
+                                        other => s.errors.push(format!("hand-off {partition}/{epoch}, held {:?}", other.map(|o| o.0))),
+                                    }
+                                    Some((partition, epoch))
+                                }
+                            }
+                        };
+                        if let Some((partition, epoch)) = hand_back {
+                            handle.released(partition, epoch).await;
+                        }
+                    }
+                    ctl = ctl_rx.recv() => match ctl {
+                        None => return,
+                        Some(Ctl::Stop(done)) => {
+                            st.lock().unwrap().held.clear();
+                            handle.shutdown().await;
+                            let _ = done.send(());
+                            return;
+                        }
+                        Some(Ctl::Stall(d)) => handle.stall(d),
+                        Some(Ctl::Stats(tx)) => { let _ = tx.send(handle.stats()); }
+                    },
+                }
+            }
+        });
+        Worker {
+            id,
+            state,
+            ctl,
+            task,
+        }
+    }
+
+    /// Partition -> epoch, as the host holds them.
+    fn held(&self) -> BTreeMap<u32, u64> {
+        let s = self.state.lock().unwrap();
+        s.held.iter().map(|(k, (e, _))| (*k, *e)).collect()
+    }
+
+    fn fences(&self) -> Vec<Fence> {
+        let s = self.state.lock().unwrap();
+        s.held.values().map(|(_, f)| f.clone()).collect()
+    }
+
+    fn counts(&self) -> (u32, u32, u32) {
+        let s = self.state.lock().unwrap();
+        (s.acquired, s.revoked, s.handed_off)
+    }
+
+    fn errors(&self) -> Vec<String> {
+        self.state.lock().unwrap().errors.clone()
+    }
+
+    async fn stats(&self) -> OwnershipStats {
+        let (tx, rx) = oneshot::channel();
+        self.ctl.send(Ctl::Stats(tx)).expect("host running");
+        rx.await.expect("stats")
+    }
+
+    /// Clean stop: the host "stopped its engines", then shutdown.
+    async fn stop(self) {
+        let (tx, rx) = oneshot::channel();
+        self.ctl.send(Ctl::Stop(tx)).expect("host running");
+        rx.await.expect("stopped");
+        self.task.await.expect("host task");
+    }
+
+    /// A crash: the host and the module vanish, nothing is released.
+    async fn crash(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+/// Samples every worker's fences until stopped; a partition with two valid fences at once is
+/// recorded (confirmed by a second look at the first fence after the others).
+struct Checker {
+    violations: Arc<Mutex<Vec<String>>>,
+    samples: Arc<Mutex<u64>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+type Fences = Arc<Mutex<Vec<(String, Arc<Mutex<HostState>>)>>>;
+
+impl Checker {
+    fn start(workers: Fences) -> Checker {
+        let violations = Arc::new(Mutex::new(Vec::new()));
+        let samples = Arc::new(Mutex::new(0u64));
+        let (stop, mut stop_rx) = oneshot::channel();
+        let (v, n) = (violations.clone(), samples.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let mut by_partition: BTreeMap<u32, Vec<(String, u64, Fence)>> = BTreeMap::new();
+                for (id, st) in workers.lock().unwrap().iter() {
+                    for (k, (e, f)) in st.lock().unwrap().held.iter() {
+                        by_partition
+                            .entry(*k)
+                            .or_default()
+                            .push((id.clone(), *e, f.clone()));
+                    }
+                }
+                for (k, holders) in by_partition {
+                    let valid: Vec<&(String, u64, Fence)> =
+                        holders.iter().filter(|(_, _, f)| f.is_valid()).collect();
+                    if valid.len() > 1 && valid[0].2.is_valid() {
+                        let who: Vec<String> =
+                            valid.iter().map(|(w, e, _)| format!("{w}@{e}")).collect();
+                        v.lock()
+                            .unwrap()
+                            .push(format!("partition {k} held by {who:?} at once"));
+                    }
+                }
+                *n.lock().unwrap() += 1;
+                tokio::select! {
+                    _ = &mut stop_rx => return,
+                    _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                }
+            }
+        });
+        Checker {
+            violations,
+            samples,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn finish(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.expect("checker");
+        let samples = *self.samples.lock().unwrap();
+        assert!(samples > 0, "the checker ran");
+        let v = self.violations.lock().unwrap();
+        assert!(v.is_empty(), "two owners at once: {v:?}");
+    }
+}
+
+/// The bucket as the server has it: partition -> (worker, epoch, revision); an error while
+/// the server cannot answer (a cluster electing a leader).
+async fn try_kv_leases(
+    js: &jetstream::Context,
+    partitions: u32,
+) -> Result<BTreeMap<u32, (String, u64, u64)>, String> {
+    let stream = js
+        .get_stream(format!("KV_{BUCKET}"))
+        .await
+        .map_err(|e| format!("bucket stream: {e}"))?;
+    let mut out = BTreeMap::new();
+    for k in 0..partitions {
+        match stream
+            .get_last_raw_message_by_subject(&format!("$KV.{BUCKET}.p.{k}"))
+            .await
+        {
+            Ok(m) => {
+                let deleted = m.headers.get("KV-Operation").is_some();
+                if !deleted {
+                    let v: serde_json::Value =
+                        serde_json::from_slice(&m.payload).expect("lease JSON");
+                    let worker = v["worker"].as_str().expect("worker").to_string();
+                    let epoch = v["epoch"].as_u64().unwrap_or(m.sequence);
+                    out.insert(k, (worker, epoch, m.sequence));
+                }
+            }
+            Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => {}
+            Err(e) if e.to_string().contains("no message found") => {}
+            Err(e) => return Err(format!("read p.{k}: {e}")),
+        }
+    }
+    Ok(out)
+}
+
+async fn kv_leases(js: &jetstream::Context, partitions: u32) -> BTreeMap<u32, (String, u64, u64)> {
+    try_kv_leases(js, partitions)
+        .await
+        .expect("read the bucket")
+}
+
+/// Live member ids in the bucket.
+async fn kv_members(js: &jetstream::Context) -> Vec<String> {
+    let stream = js
+        .get_stream(format!("KV_{BUCKET}"))
+        .await
+        .expect("bucket stream");
+    let mut subjects = stream
+        .info_with_subjects(format!("$KV.{BUCKET}.w.>"))
+        .await
+        .expect("subjects");
+    let mut out = Vec::new();
+    use futures::StreamExt;
+    while let Some(s) = subjects.next().await {
+        let (subject, _) = s.expect("subject");
+        let m = stream
+            .get_last_raw_message_by_subject(&subject)
+            .await
+            .expect("member");
+        if m.headers.get("KV-Operation").is_none() {
+            out.push(
+                subject
+                    .trim_start_matches(&format!("$KV.{BUCKET}.w."))
+                    .to_string(),
+            );
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Waits until the hosts hold exactly `want` (worker -> partitions) and the bucket agrees
+/// (same owner and epoch for every partition).
+async fn converged(
+    js: &jetstream::Context,
+    workers: &[&Worker],
+    partitions: u32,
+    want: &[(&str, &[u32])],
+) -> BTreeMap<u32, (String, u64)> {
+    let got = eventually_async(WAIT, || async {
+        let mut hosts: BTreeMap<u32, (String, u64)> = BTreeMap::new();
+        for w in workers {
+            for (k, e) in w.held() {
+                hosts.insert(k, (w.id.clone(), e));
+            }
+        }
+        for (id, ks) in want {
+            let mine: Vec<u32> = hosts
+                .iter()
+                .filter(|(_, (w, _))| w == id)
+                .map(|(k, _)| *k)
+                .collect();
+            if mine != ks.to_vec() {
+                return None;
+            }
+        }
+        let kv = try_kv_leases(js, partitions).await.ok()?;
+        let kv: BTreeMap<u32, (String, u64)> =
+            kv.into_iter().map(|(k, (w, e, _))| (k, (w, e))).collect();
+        (kv == hosts && hosts.len() == partitions as usize).then_some(hosts)
+    })
+    .await;
+    match got {
+        Some(g) => g,
+        None => {
+            let hosts: Vec<(String, BTreeMap<u32, u64>)> =
+                workers.iter().map(|w| (w.id.clone(), w.held())).collect();
+            panic!(
+                "never converged to {want:?}: hosts {hosts:?}, bucket {:?}",
+                kv_leases(js, partitions).await
+            )
+        }
+    }
+}
+
+async fn client_js(url: &str) -> jetstream::Context {
+    jetstream::new(async_nats::connect(url).await.expect("connect"))
+}
+
+fn registry(workers: &[&Worker]) -> Fences {
+    Arc::new(Mutex::new(
+        workers
+            .iter()
+            .map(|w| (w.id.clone(), w.state.clone()))
+            .collect(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_takes_every_partition_and_a_joining_one_gets_half_never_both_one() {
+    logs();
+    let server = NatsServer::start().expect("nats-server");
+    let js = client_js(&server.url()).await;
+    let ttl = Duration::from_secs(2);
+    let a = Worker::start(&[server.url()], config("a", ttl, 1), 4).await;
+    let fences = registry(&[&a]);
+    let checker = Checker::start(fences.clone());
+    let alone = converged(&js, &[&a], 4, &[("a", &[0, 1, 2, 3])]).await;
+    assert_eq!(kv_members(&js).await, vec!["a"]);
+
+    let b = Worker::start(&[server.url()], config("b", ttl, 1), 4).await;
+    fences.lock().unwrap().push((b.id.clone(), b.state.clone()));
+    // a (index 0 of [a, b]) keeps its class k % 2 == 0 and hands off 1 and 3.
+    let both = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    assert_eq!(kv_members(&js).await, vec!["a", "b"]);
+    for k in [0, 2] {
+        assert_eq!(
+            both[&k].1, alone[&k].1,
+            "a kept partition {k} under the same lease"
+        );
+    }
+    for k in [1, 3] {
+        assert!(
+            both[&k].1 > alone[&k].1,
+            "b's epoch of {k} is above a's: {both:?} {alone:?}"
+        );
+    }
+    assert_eq!(
+        a.counts(),
+        (4, 0, 2),
+        "a: 4 acquired, none revoked, 2 handed off"
+    );
+    assert_eq!(b.counts(), (2, 0, 0), "b: 2 acquired");
+    // Renewals go on: a few TTLs later nothing moved and the leases were renewed in place.
+    tokio::time::sleep(ttl * 2).await;
+    let later = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    assert_eq!(later, both, "same owners, same epochs");
+    let kv = kv_leases(&js, 4).await;
+    assert!(
+        kv.values().all(|(_, epoch, rev)| rev > epoch),
+        "renewed: {kv:?}"
+    );
+    let (sa, sb) = (a.stats().await, b.stats().await);
+    assert_eq!(
+        (sa.revoked, sb.revoked, sa.cas_conflicts, sb.cas_conflicts),
+        (0, 0, 0, 0)
+    );
+    checker.finish().await;
+    assert!(
+        a.errors().is_empty() && b.errors().is_empty(),
+        "{:?} {:?}",
+        a.errors(),
+        b.errors()
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_stops_cleanly_hands_its_partitions_over_at_once_not_after_the_ttl() {
+    logs();
+    let server = NatsServer::start().expect("nats-server");
+    let js = client_js(&server.url()).await;
+    // A long TTL: were the takeover waiting for expiry, the bounded wait below would fail.
+    let ttl = Duration::from_secs(60);
+    let a = Worker::start(&[server.url()], config("a", ttl, 1), 4).await;
+    let b = Worker::start(&[server.url()], config("b", ttl, 1), 4).await;
+    let checker = Checker::start(registry(&[&a, &b]));
+    let before = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    let t0 = Instant::now();
+    b.stop().await;
+    let after = eventually_async(Duration::from_secs(20), || async {
+        (a.held().len() == 4).then(|| a.held())
+    })
+    .await
+    .unwrap_or_else(|| panic!("a never took b's partitions: {:?}", a.held()));
+    let took = t0.elapsed();
+    eprintln!("takeover after a clean stop: {took:?} (lease TTL {ttl:?})");
+    for k in [1, 3] {
+        assert!(
+            after[&k] > before[&k].1,
+            "new epoch for {k}: {after:?} {before:?}"
+        );
+    }
+    converged(&js, &[&a], 4, &[("a", &[0, 1, 2, 3])]).await;
+    assert_eq!(kv_members(&js).await, vec!["a"], "b deleted its member key");
+    checker.finish().await;
+    assert!(a.errors().is_empty(), "{:?}", a.errors());
+    a.stop().await;
+    // a's clean stop leaves no lease and no member behind.
+    assert!(kv_leases(&js, 4).await.is_empty());
+    assert!(kv_members(&js).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_worker_s_partitions_expire_and_are_taken_by_the_others() {
+    logs();
+    let server = NatsServer::start().expect("nats-server");
+    let js = client_js(&server.url()).await;
+    let ttl = Duration::from_secs(2);
+    let a = Worker::start(&[server.url()], config("a", ttl, 1), 4).await;
+    let b = Worker::start(&[server.url()], config("b", ttl, 1), 4).await;
+    let checker = Checker::start(registry(&[&a, &b]));
+    let before = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    let t0 = Instant::now();
+    b.crash().await;
+    // Nothing released: b's keys are still there right after the crash.
+    let kv = kv_leases(&js, 4).await;
+    assert_eq!(kv.get(&1).map(|l| l.0.as_str()), Some("b"), "{kv:?}");
+    let after = eventually_async(Duration::from_secs(30), || async {
+        (a.held().len() == 4).then(|| a.held())
+    })
+    .await
+    .unwrap_or_else(|| panic!("a never took b's partitions: {:?}", a.held()));
+    eprintln!(
+        "takeover after a crash: {:?} (lease TTL {ttl:?}, renew every {:?})",
+        t0.elapsed(),
+        config("a", ttl, 1).effective_renew_interval()
+    );
+    for k in [1, 3] {
+        assert!(
+            after[&k] > before[&k].1,
+            "new epoch for {k}: {after:?} {before:?}"
+        );
+    }
+    converged(&js, &[&a], 4, &[("a", &[0, 1, 2, 3])]).await;
+    assert_eq!(kv_members(&js).await, vec!["a"], "b's member key expired");
+    checker.finish().await;
+    assert!(a.errors().is_empty(), "{:?}", a.errors());
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_worker_is_fenced_before_it_runs_again_then_revoked_and_the_new_owner_has_a_greater_epoch(
+) {
+    logs();
+    let server = NatsServer::start().expect("nats-server");
+    let js = client_js(&server.url()).await;
+    let ttl = Duration::from_secs(2);
+    let a = Worker::start(&[server.url()], config("a", ttl, 1), 4).await;
+    let b = Worker::start(&[server.url()], config("b", ttl, 1), 4).await;
+    let checker = Checker::start(registry(&[&a, &b]));
+    let before = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    let b_fences = b.fences();
+    assert!(b_fences.iter().all(Fence::is_valid));
+
+    // b stops running (no renewals, no reaction) for long past the TTL, like SIGSTOP.
+    let stall = ttl * 5;
+    b.ctl.send(Ctl::Stall(stall)).unwrap();
+    let t0 = Instant::now();
+    let taken = eventually_async(WAIT, || async { (a.held().len() == 4).then(|| a.held()) })
+        .await
+        .unwrap_or_else(|| panic!("a never took the paused b's partitions: {:?}", a.held()));
+    eprintln!(
+        "takeover from a paused worker: {:?} (lease TTL {ttl:?})",
+        t0.elapsed()
+    );
+    // b is still stopped (nothing of its driver ran: no revocation counted), yet its fences
+    // already say no: the monotonic clock passed their deadlines.
+    let (_, b_revoked, _) = b.counts();
+    assert_eq!(b_revoked, 0, "b's driver has not run yet");
+    assert!(
+        t0.elapsed() < stall,
+        "still within b's stall (a's takeover was quicker)"
+    );
+    for f in &b_fences {
+        assert!(
+            !f.is_valid(),
+            "partition {} still valid for the paused owner",
+            f.partition()
+        );
+    }
+    for k in [1, 3] {
+        assert!(
+            taken[&k] > before[&k].1,
+            "the new owner's epoch is greater: {taken:?} {before:?}"
+        );
+    }
+
+    // b resumes: it learns it lost both (Revoked), and its writes on the old revisions are
+    // refused by the server (compare-and-set).
+    eventually_async(WAIT, || async { b.counts().1 == 2 })
+        .await
+        .unwrap_or_else(|| panic!("b never revoked: {:?}", b.counts()));
+    let stats = b.stats().await;
+    assert_eq!(stats.revoked, 2, "{stats:?}");
+    assert!(
+        stats.cas_conflicts >= 2,
+        "b's old revisions were refused: {stats:?}"
+    );
+    // It rejoins and the two converge again: b gets its class back under new epochs.
+    let again = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    for k in [1, 3] {
+        assert!(again[&k].1 > taken[&k], "{again:?} {taken:?}");
+    }
+    checker.finish().await;
+    assert!(
+        a.errors().is_empty() && b.errors().is_empty(),
+        "{:?} {:?}",
+        a.errors(),
+        b.errors()
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_bucket_with_another_ttl_is_refused_naming_the_setting() {
+    logs();
+    let server = NatsServer::start().expect("nats-server");
+    let js = client_js(&server.url()).await;
+    let first = Worker::start(&[server.url()], config("a", Duration::from_secs(2), 1), 2).await;
+    let err = ownership::start(js.clone(), config("b", Duration::from_secs(3), 1), 2)
+        .await
+        .err()
+        .expect("another TTL is refused");
+    let text = err.to_string();
+    assert!(!err.is_transient(), "{text}");
+    assert!(
+        text.contains("max_age") && text.contains("lease_ttl"),
+        "{text}"
+    );
+    first.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_keep_working_on_a_three_node_cluster_when_the_bucket_leader_is_killed() {
+    logs();
+    let bin = debian_server().expect("Debian's nats-server");
+    let mut cluster = NatsCluster::start(&bin).expect("cluster");
+    let urls = cluster.urls();
+    let js = jetstream::new(
+        async_nats::ConnectOptions::new()
+            .connect(cluster.urls())
+            .await
+            .expect("connect"),
+    );
+    // The lease outlives a leader failover (nats-server elects within 4-9 s): a TTL of 20 s,
+    // renewed every 2 s, lapses no sooner than 17 s after the kill. The test does not wait for
+    // the TTL: only for the renewals to resume on the new leader.
+    let cfg = |id: &str| OwnershipConfig {
+        renew_interval: Some(Duration::from_secs(2)),
+        safety_margin: Duration::from_secs(1),
+        ..config(id, Duration::from_secs(20), 3)
+    };
+    let a = Worker::start(&urls, cfg("a"), 4).await;
+    let b = Worker::start(&urls, cfg("b"), 4).await;
+    let checker = Checker::start(registry(&[&a, &b]));
+    converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    let mut stream = js.get_stream(format!("KV_{BUCKET}")).await.expect("bucket");
+    let info = stream.info().await.expect("info").clone();
+    assert_eq!(info.config.num_replicas, 3, "an R3 bucket");
+    let leader = info
+        .cluster
+        .and_then(|c| c.leader)
+        .expect("the bucket has a leader");
+    let node = cluster.index_of(&leader).expect("leader is a node");
+    let revs_before = kv_leases(&js, 4).await;
+
+    let t0 = Instant::now();
+    cluster.kill(node);
+    // Renewals keep landing on the new leader: every lease's revision moves past its value at
+    // the kill, and the bucket and the hosts agree on a balanced ownership.
+    let renewed = eventually_async(WAIT, || async {
+        let now = try_kv_leases(&js, 4).await.ok()?;
+        let moved = now.len() == 4
+            && now
+                .iter()
+                .all(|(k, (_, _, rev))| revs_before.get(k).is_some_and(|b| rev > &b.2));
+        moved.then_some(now)
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "leases not renewed after killing {leader}:\n{}",
+            cluster.logs()
+        )
+    });
+    eprintln!(
+        "first renewal of every lease after killing the bucket leader {leader}: {:?}",
+        t0.elapsed()
+    );
+    let after = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    let (sa, sb) = (a.stats().await, b.stats().await);
+    assert_eq!(
+        (sa.revoked, sb.revoked),
+        (0, 0),
+        "no lease lost in the failover: {sa:?} {sb:?}"
+    );
+    for (k, (_, epoch, _)) in &revs_before {
+        assert_eq!(
+            after[k].1, *epoch,
+            "partition {k} kept its lease (same epoch)"
+        );
+    }
+    drop(renewed);
+    checker.finish().await;
+    assert!(
+        a.errors().is_empty() && b.errors().is_empty(),
+        "{:?} {:?}",
+        a.errors(),
+        b.errors()
+    );
+    a.stop().await;
+    b.stop().await;
+    assert!(
+        kv_leases(&js, 4).await.is_empty(),
+        "released on the surviving nodes"
+    );
+}
