@@ -2,6 +2,7 @@
 // playwright-core) for crates/worker/tests/ui_page.rs. Line protocol with the test:
 //   argv: <page url> <screenshot path> <chromium path>
 //   stdin "expect <json>"  → waits until the page shows it, prints "ok <json of the page state>"
+//                            ({calls: {id: status}, applied: n, args?: {id: exact text}})
 //   stdin "reload"         → reloads, prints "ok"
 //   stdin "screenshot"     → saves the screenshot, prints "ok"
 //   stdin "quit"           → exits 0
@@ -25,6 +26,7 @@ async function shown() {
     lastId: window.toolstream.lastId,
     calls: Object.fromEntries([...document.querySelectorAll(".call")].map((c) => [c.dataset.callId, {
       status: c.dataset.status,
+      partial: c.dataset.partial === "true",
       args: c.querySelector(".args").textContent,
       result: c.querySelector(".result").textContent,
     }])),
@@ -43,7 +45,8 @@ for await (const line of lines) {
       for (;;) {
         state = await shown();
         const callsOk = Object.entries(want.calls).every(([id, s]) => state.calls[id]?.status === s);
-        if (callsOk && state.applied >= want.applied) break;
+        const argsOk = Object.entries(want.args ?? {}).every(([id, a]) => state.calls[id]?.args === a);
+        if (callsOk && argsOk && state.applied >= want.applied) break;
         if (Date.now() > deadline) throw new Error(`page shows ${JSON.stringify(state)}; console: ${logs.join(" | ")}`);
         await new Promise((r) => setTimeout(r, 100));
       }

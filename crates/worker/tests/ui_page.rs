@@ -1,6 +1,8 @@
 //! The live page (`/ui/`) in headless Chromium (Debian's `chromium`, driven by `playwright-core`
 //! from tests/ui-clients) against the real binary and a real nats-server: a conversation's calls
-//! appear and complete with their arguments and results; the worker is SIGKILLed while the page
+//! appear and complete with their arguments and results; with argument previews on, a call
+//! whose arguments stop halfway shows them partially (the worker's parse of the text so far),
+//! then complete when the rest arrives; the worker is SIGKILLed while the page
 //! is open, a message is published meanwhile, and after the restart the page has resumed and
 //! shows it, every event delivered once; a reload shows the same. The screenshot lands in
 //! `target/ui-clients/ui-page.png`.
@@ -19,6 +21,7 @@ use ops_support::OpsWorker;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use toolstream_testkit::openai;
 
 const CONV: &str = "ui-page";
 
@@ -111,7 +114,18 @@ async fn the_live_page_shows_calls_resumes_after_a_worker_kill_and_shows_the_sam
     let clients = tokio::task::spawn_blocking(ui_support::ui_clients);
     let server = toolstream_testkit::NatsServer::start().expect("nats-server");
     let dir = tempfile::tempdir().unwrap();
-    let mut worker = OpsWorker::start(&server.url(), &dir.path().join("data"));
+    let config = dir.path().join("toolstream.toml");
+    // previews after every fragment (what the page shows must not depend on timing)
+    std::fs::write(
+        &config,
+        "[assembler.previews]\nenabled = true\nmin_bytes = 1\nmin_interval_ms = 0\n",
+    )
+    .unwrap();
+    let mut worker = OpsWorker::start_with(
+        &server.url(),
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
     worker.wait_status("/healthz", 200).await;
     let client = common::client(&server.url()).await;
     let js = async_nats::jetstream::new(client.clone());
@@ -152,13 +166,56 @@ async fn the_live_page_shows_calls_resumes_after_a_worker_kill_and_shows_the_sam
     );
     assert!(first["result"].as_str().unwrap().contains("sunny in m1"));
     assert_eq!(shown["completed"], json!(["m1"]));
+    assert_eq!(first["partial"], false, "completed: the final state");
+
+    // a call whose arguments stop halfway fills in live from its previews, then completes
+    let live = [
+        openai::role_chunk(),
+        openai::call_start(0, "call_live", "plan_trip"),
+        openai::args_chunk(0, "{\"city\": \"Par"),
+    ];
+    for (seq, c) in live.iter().enumerate() {
+        producer
+            .chunk(CONV, "live", "openai-chat", seq as u64, c)
+            .await;
+    }
+    let partial = serde_json::to_string_pretty(&json!({"city": "Par"})).unwrap();
+    let shown = page.ask(&format!(
+        "expect {}",
+        json!({"calls": {"call_live": "streaming"}, "args": {"call_live": partial}, "applied": 0})
+    ));
+    assert_eq!(shown["calls"]["call_live"]["partial"], true, "{shown}");
+    let rest = [
+        openai::args_chunk(0, "is\", \"days\": 3}"),
+        openai::finish_chunk("tool_calls"),
+        openai::DONE.to_vec(),
+    ];
+    for (seq, c) in rest.iter().enumerate() {
+        producer
+            .chunk(CONV, "live", "openai-chat", (live.len() + seq) as u64, c)
+            .await;
+    }
+    producer
+        .result(CONV, "live", 0, "call_live", "booked")
+        .await;
+    let n_live = events_once_done(&mut events, &worker, 2).await;
+    let done = serde_json::to_string_pretty(&json!({"city": "Paris", "days": 3})).unwrap();
+    let shown = page.ask(&format!(
+        "expect {}",
+        json!({"calls": {"call_live": "completed"}, "args": {"call_live": done}, "applied": n_live})
+    ));
+    assert_eq!(shown["calls"]["call_live"]["partial"], false, "{shown}");
+    assert_eq!(
+        shown["received"], n_live,
+        "each event delivered once: {shown}"
+    );
 
     // the worker dies under the open page; a message arrives meanwhile; the page resumes
     worker.kill();
     publish(&producer, "m2").await;
     worker.restart();
     worker.wait_status("/healthz", 200).await;
-    let n2 = events_once_done(&mut events, &worker, 2).await;
+    let n2 = events_once_done(&mut events, &worker, 3).await;
     let shown = page.expect(&["m1", "m2"], n2);
     assert_eq!(
         shown["received"], n2,
