@@ -35,6 +35,13 @@ pub struct NatsCluster {
 impl NatsCluster {
     /// Starts three nodes of `bin` and waits until the cluster has a JetStream meta leader.
     pub fn start(bin: &ServerBin) -> Result<NatsCluster, HarnessError> {
+        NatsCluster::start_with_config(bin, "")
+    }
+
+    /// Like [`NatsCluster::start`], with `extra` (e.g. the deploy config's subject mappings)
+    /// appended to every node's config; it must not set ports, listen addresses, `cluster`
+    /// or `jetstream`.
+    pub fn start_with_config(bin: &ServerBin, extra: &str) -> Result<NatsCluster, HarnessError> {
         let dir = tempfile::tempdir().map_err(|e| HarnessError(format!("temp dir: {e}")))?;
         let mut ports: Vec<u16> = Vec::new();
         while ports.len() < 9 {
@@ -65,7 +72,7 @@ impl NatsCluster {
                  log_file: \"{log}\"\n\
                  jetstream {{\n  store_dir: \"{store}\"\n}}\n\
                  cluster {{\n  name: \"{CLUSTER_NAME}\"\n  listen: \"127.0.0.1:{route}\"\n  \
-                 routes: [{routes}]\n}}\n",
+                 routes: [{routes}]\n}}\n{extra}\n",
                 client = ports[i],
                 http = ports[6 + i],
                 route = route_ports[i],

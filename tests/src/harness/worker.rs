@@ -160,6 +160,27 @@ impl Worker {
         }
     }
 
+    /// SIGSTOP: the process is frozen (no thread runs, no timer fires) until [`Worker::resume`];
+    /// its connections stay open. Returns whether a process was there to stop.
+    pub fn pause(&mut self) -> bool {
+        self.signal("-STOP")
+    }
+
+    /// SIGCONT after [`Worker::pause`].
+    pub fn resume(&mut self) -> bool {
+        self.signal("-CONT")
+    }
+
+    fn signal(&mut self, sig: &str) -> bool {
+        match self.child.as_ref() {
+            Some(c) => Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status()
+                .is_ok_and(|s| s.success()),
+            None => false,
+        }
+    }
+
     /// Starts the binary again on the same store.
     pub fn restart(&mut self) {
         self.kill();

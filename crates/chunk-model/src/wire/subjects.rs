@@ -152,6 +152,22 @@ impl Subjects {
         vec![format!("{}.dlq.>", self.prefix)]
     }
 
+    /// The partition the server's mapping `{{partition(N,<conv wildcard>)}}` puts a
+    /// conversation on (deploy/nats-server.conf): FNV-1a (32 bit) of the conversation token,
+    /// modulo `partitions`. Pinned against a real nats-server by the worker's
+    /// `partition_of_agrees_with_the_servers_mapping` test.
+    pub fn partition_of(partitions: u32, conversation: &str) -> u32 {
+        if partitions <= 1 {
+            return 0;
+        }
+        let mut hash: u32 = 0x811c_9dc5;
+        for byte in conversation.bytes() {
+            hash ^= u32::from(byte);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+        hash % partitions
+    }
+
     /// The prefix queries of partition `k` arrive under: `<prefix>.p.<k>` when partitioned
     /// (the server maps queries there), else the prefix itself.
     pub fn query_prefix(&self, partitions: u32, partition: u32) -> String {
