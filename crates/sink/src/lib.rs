@@ -17,6 +17,9 @@
 //!   backoff, the bounded drain at shutdown), `failpoints.rs` crash points for the worker's
 //!   crash tests (cargo feature `failpoints` only), `tests.rs` paused-time tests with a fake
 //!   publisher and outbox.
+//! - `guarded.rs` — [`guarded::Guarded`]: publishing for a partition owned through a lease:
+//!   nothing once the lease is lost, `Toolstream-Owner` on every message, and the ids a
+//!   takeover's rebuild makes again confirmed without a second copy ([`guarded::published_ids`]).
 //! - `backoff.rs` — [`backoff::Backoff`]: the one capped exponential backoff (the worker's
 //!   retry loops use it too).
 //! - `payloads.rs` — what does not fit the server's `max_payload`: events stored whole in the
@@ -30,6 +33,7 @@
 //!   deduplicated re-publish, an oversized event by reference.
 
 pub mod backoff;
+pub mod guarded;
 pub mod jetstream;
 pub mod jsonl;
 pub mod outbox;
