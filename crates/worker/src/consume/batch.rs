@@ -260,6 +260,12 @@ impl ConsumeLoop {
         let nak_delay = self.config.nak_delay.get();
         let mut any_durable = false;
         for w in staged.work {
+            if !self.holds_lease() {
+                // Another worker owns the partition now and rebuilds it from the stream:
+                // nothing more is acked, nak'd or dead-lettered by this one.
+                tracing::warn!("lease lost before the batch was settled; left to the new owner");
+                return;
+            }
             let mut disposition = match &w.parsed {
                 Ok(input) => match outcomes.next() {
                     Some(outcome) => {

@@ -71,6 +71,14 @@ pub struct ConsumeLoop {
     pub watermark: Arc<Watermark>,
     /// Storage failures per input stream sequence, in this process.
     pub store_failures: StoreFailures,
+    /// The lease this partition is owned under (leased mode, `crate::ownership`); `None`
+    /// for a statically assigned partition. Once it no longer holds, the loop acks, naks and
+    /// fetches nothing more and stops: the partition belongs to another worker now.
+    pub guard: Option<Arc<dyn sink::guarded::Guard>>,
+    /// `Nats-Msg-Id`s already in the events and dead-letter streams when a leased partition
+    /// was taken over (empty otherwise): an input dead letter among them is not published
+    /// again by the rebuild.
+    pub published: Arc<std::collections::HashSet<String>>,
 }
 
 /// One item of a merged pull stream: a message or a stream status error, or `None` when one of
@@ -91,7 +99,7 @@ impl ConsumeLoop {
         // applied batches on their way to durability (see `batch`)
         let mut pipeline = batch::Pipeline::default();
         loop {
-            if shutdown.is_triggered() {
+            if shutdown.is_triggered() || !self.holds_lease() {
                 break;
             }
             let stream = match messages.as_mut() {
@@ -144,6 +152,13 @@ impl ConsumeLoop {
         }
         // what is applied is settled (acked once durable) before anything is handed back
         self.settle_all(&mut pipeline).await;
+        if !self.holds_lease() {
+            tracing::warn!(
+                "lease lost: the consume loop stopped without acking or returning anything \
+                 more (the new owner reads this partition through its own consumer)"
+            );
+            return;
+        }
         if let Some(stream) = messages.as_mut() {
             let mut returned = 0usize;
             while let Some(Some(Some(Ok(m)))) = stream.next().now_or_never() {
@@ -155,6 +170,12 @@ impl ConsumeLoop {
             }
         }
         tracing::info!("consume loop stopped");
+    }
+
+    /// Whether this loop may still act for its partition: always when statically assigned,
+    /// else while its lease holds.
+    pub(crate) fn holds_lease(&self) -> bool {
+        self.guard.as_ref().is_none_or(|g| g.is_valid())
     }
 
     /// Opens a pull stream per consumer and merges them; each ends with one `None` item.

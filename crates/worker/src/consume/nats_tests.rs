@@ -75,6 +75,8 @@ where
         abort_after_flushes: None,
         watermark: Arc::clone(&watermark),
         store_failures: Default::default(),
+        guard: None,
+        published: Default::default(),
     };
     let (stop, shutdown) = shutdown::channel();
     let task = tokio::spawn(consume.run(consumers, shutdown));

@@ -88,6 +88,10 @@ impl ConsumeLoop {
     ) -> Disposition {
         let stream_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
         let msg_id = wire::msg_id::input_dead_letter(stream_seq);
+        if self.published.contains(&msg_id) {
+            // a leased partition's rebuild: an earlier owner published this one
+            return Disposition::Term;
+        }
         let fields = vec![
             (headers::REASON.to_string(), rejected.reason.clone()),
             (headers::SUBJECT.to_string(), msg.subject.to_string()),

@@ -293,16 +293,26 @@ async fn ensure_stream(
     }
 }
 
+/// Creates or checks the three streams; returns the input stream.
+pub async fn provision_streams(
+    js: &Context,
+    config: &Config,
+    subjects: &Subjects,
+) -> Result<stream::Stream, ProvisionError> {
+    let [input, events, dlq] = desired_streams(config, subjects);
+    let input_stream = ensure_stream(js, &input, false).await?;
+    ensure_stream(js, &events, true).await?;
+    ensure_stream(js, &dlq, false).await?;
+    Ok(input_stream)
+}
+
 /// Creates or checks the three streams and this worker's consumers; returns the consumers.
 pub async fn provision(
     js: &Context,
     config: &Config,
     subjects: &Subjects,
 ) -> Result<Vec<consumer::PullConsumer>, ProvisionError> {
-    let [input, events, dlq] = desired_streams(config, subjects);
-    let input_stream = ensure_stream(js, &input, false).await?;
-    ensure_stream(js, &events, true).await?;
-    ensure_stream(js, &dlq, false).await?;
+    let input_stream = provision_streams(js, config, subjects).await?;
     let mut consumers = Vec::new();
     for (name, filter) in consumer_names(config, subjects) {
         let want = desired_consumer(config, &name, &filter);

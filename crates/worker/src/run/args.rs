@@ -54,6 +54,19 @@ pub struct RunArgs {
     /// The partition this worker owns [default: 0].
     #[arg(long, env = "TOOLSTREAM_PARTITION", value_name = "K")]
     pub partition: Option<u32>,
+    /// How partitions are owned: `static` (this worker owns --partition) or `leases` (workers
+    /// share --partitions through leases in NATS, balance them, take over a dead one's)
+    /// [default: static].
+    #[arg(long, env = "TOOLSTREAM_ASSIGNMENT", value_name = "MODE")]
+    pub assignment: Option<crate::run::config::Assignment>,
+    /// With --assignment leases: how long a partition's lease lives without renewal, the
+    /// longest a dead worker's partitions wait for a new owner [default: 10s].
+    #[arg(long, env = "TOOLSTREAM_LEASE_TTL", value_name = "DURATION")]
+    pub lease_ttl: Option<HumanDuration>,
+    /// With --assignment leases: this worker's id, unique among live workers
+    /// [default: $HOSTNAME, process id and a random suffix].
+    #[arg(long, env = "TOOLSTREAM_WORKER_ID", value_name = "ID")]
+    pub worker_id: Option<String>,
     /// Messages per batch, one sled flush per batch [default: 256].
     #[arg(long, env = "TOOLSTREAM_BATCH_SIZE", value_name = "N")]
     pub batch_size: Option<usize>,
@@ -137,6 +150,11 @@ impl RunArgs {
         set(&mut c.consumer.name, self.consumer);
         set(&mut c.consumer.partitions, self.partitions);
         set(&mut c.consumer.partition, self.partition);
+        set(&mut c.consumer.assignment, self.assignment);
+        set(&mut c.ownership.lease_ttl, self.lease_ttl.map(|d| d.get()));
+        if self.worker_id.is_some() {
+            c.ownership.worker_id = self.worker_id;
+        }
         set(&mut c.consumer.batch_size, self.batch_size);
         set(&mut c.consumer.fetch_expiry, self.fetch_expiry);
         set(&mut c.consumer.max_deliver, self.max_deliver);

@@ -22,6 +22,20 @@ pub enum LogFormat {
     Json,
 }
 
+/// How a worker comes to own its partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Assignment {
+    /// The one partition `consumer.partition`, fixed (one worker per partition).
+    #[default]
+    Static,
+    /// As many of `consumer.partitions` as this worker's fair share, through leases in a
+    /// JetStream key-value bucket (`[ownership]`, `crate::ownership`): workers balance the
+    /// partitions among themselves as they join and leave, and take over a dead worker's
+    /// partitions by rebuilding them from the input stream.
+    Leases,
+}
+
 /// The whole worker configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -59,6 +73,10 @@ pub struct Config {
     /// The HTTP API for UIs on the `metrics_listen` listener (`/v1/…`, docs/contracts.md,
     /// "HTTP API for UIs").
     pub ui: UiConfig,
+    /// Leases of partitions when `consumer.assignment = "leases"` (`crate::ownership`): the
+    /// bucket, the lease TTL, renewals, this worker's id. The bucket's replicas are
+    /// `streams.replicas`.
+    pub ownership: crate::ownership::OwnershipConfig,
 }
 
 /// The HTTP API for UIs (`/v1/conversations/…`), served on `metrics_listen`.
@@ -245,8 +263,12 @@ pub struct ConsumerConfig {
     pub name: String,
     /// Number of partitions the server maps conversations onto (default 1 = unpartitioned).
     pub partitions: u32,
-    /// The partition this worker owns, `0..partitions` (default 0).
+    /// The partition this worker owns, `0..partitions` (default 0), when `assignment` is
+    /// `static`.
     pub partition: u32,
+    /// `static` (default): this worker owns `partition`; `leases`: workers share the
+    /// partitions through leases (see [`Assignment`]).
+    pub assignment: Assignment,
     /// Most messages applied per batch, with one sled flush per batch (default 256).
     pub batch_size: usize,
     /// How long one pull request waits on the server for messages (default `5s`).
@@ -300,6 +322,7 @@ impl Default for Config {
             relay: RelayConfig::default(),
             assembler: assembler::Config::default(),
             ui: UiConfig::default(),
+            ownership: crate::ownership::OwnershipConfig::default(),
         }
     }
 }
@@ -322,6 +345,7 @@ impl Default for ConsumerConfig {
             name: "toolstream".to_string(),
             partitions: 1,
             partition: 0,
+            assignment: Assignment::Static,
             batch_size: 256,
             fetch_expiry: secs(5),
             max_deliver: 5,

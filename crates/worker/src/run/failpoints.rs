@@ -50,9 +50,9 @@ fn check_compiled_in(
 }
 
 /// Arms the relay's failpoints (none without the feature).
-pub(crate) fn arm_relay(
-    relay: sink::relay::Relay<sink::jetstream::JetStream>,
-) -> sink::relay::Relay<sink::jetstream::JetStream> {
+pub(crate) fn arm_relay<P: sink::publisher::Publisher>(
+    relay: sink::relay::Relay<P>,
+) -> sink::relay::Relay<P> {
     #[cfg(feature = "failpoints")]
     let relay = relay
         .with_crash_after_confirmed(armed("TOOLSTREAM_FAILPOINT_ABORT_AFTER_PUBACKS"))

@@ -15,29 +15,28 @@
 pub(crate) mod args;
 pub(crate) mod config;
 pub(crate) mod duration;
+pub(crate) mod engine;
 pub(crate) mod failpoints;
+mod leased;
 pub(crate) mod private_dir;
 mod ready;
 pub(crate) mod redact;
 pub(crate) mod shutdown;
 mod validate;
 
-use crate::consume::watermark::Watermark;
-use crate::consume::ConsumeLoop;
 use crate::nats::provision;
-use crate::run::config::{Config, LogFormat};
+use crate::run::config::{Assignment, Config, LogFormat};
 use crate::serve::http::Health;
 use crate::serve::metrics::Metrics;
 use anyhow::Context as _;
-use assembler::Store;
 use async_nats::jetstream;
 use chunk_model::wire::Subjects;
-use sink::jetstream::JetStream;
-use sink::relay::{Drained, Relay, RelayTask};
+use engine::{Engine, Running, Stop};
+use ready::Consumers;
+use sink::relay::Drained;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
 
 pub use args::RunArgs;
 
@@ -143,34 +142,23 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
             )
         })?;
 
-    let store_dir = config.store_dir();
-    // The store holds users' arguments and results: private before sled writes a byte.
-    crate::run::private_dir::ensure_private(&config.data_dir)?;
-    if store_dir != config.data_dir {
-        crate::run::private_dir::ensure_private(&store_dir)?;
-    }
-    let store = {
-        let dir = store_dir.clone();
-        let cfg = config.assembler.clone();
-        tokio::task::spawn_blocking(move || Store::open(&dir, cfg))
-            .await
-            .context("open the store")?
-            .with_context(|| {
-                format!(
-                    "open the store in {} (each worker needs its own --data-dir)",
-                    store_dir.display()
-                )
-            })?
+    // A static partition's store is opened before anything else: a second worker on the same
+    // directory is refused at once, with or without a server. (Leased partitions open theirs
+    // when their lease is acquired.)
+    let static_store = match config.consumer.assignment {
+        Assignment::Static => Some(engine::open_store(&config, &config.store_dir()).await?),
+        Assignment::Leases => None,
     };
-    let store = Arc::new(store);
-    health.set_store_open(true);
-    tracing::info!(dir = %store_dir.display(), "store open");
+    let running = Arc::new(Running::default());
 
     let subjects = Subjects::new(&config.subject_prefix);
-    let client_name = format!(
-        "toolstream-{}-p{}",
-        config.consumer.name, config.consumer.partition
-    );
+    let client_name = match config.consumer.assignment {
+        Assignment::Static => format!(
+            "toolstream-{}-p{}",
+            config.consumer.name, config.consumer.partition
+        ),
+        Assignment::Leases => format!("toolstream-{}-leases", config.consumer.name),
+    };
     let hook_health = Arc::clone(&health);
     // provisioning waits for this instead of polling the connection state
     let connected = Arc::new(tokio::sync::Notify::new());
@@ -204,10 +192,13 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         input = %config.streams.input,
         events = %config.streams.events,
         dlq = %config.streams.dlq,
-        consumers = ?provision::consumer_names(&config, &subjects)
-            .into_iter()
-            .map(|(name, _)| name)
-            .collect::<Vec<_>>(),
+        consumers = ?match &consumers {
+            Consumers::Static(_) => provision::consumer_names(&config, &subjects)
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect::<Vec<_>>(),
+            Consumers::Leased => vec!["(one set per leased partition)".to_string()],
+        },
         "JetStream ready"
     );
 
@@ -224,33 +215,6 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         }
     }
 
-    // The relay stops on its own signal, given only after the last batch is durable.
-    let (relay_stop, relay_stop_rx) = shutdown::channel();
-    let relay_wake = Arc::new(Notify::new());
-    let relay = RelayTask::new(
-        failpoints::arm_relay(Relay::new(
-            JetStream::new(js.clone()).with_payloads(payloads.clone()),
-            &config.subject_prefix,
-            config.relay.batch,
-        )),
-        Arc::clone(&store),
-        Arc::clone(&relay_wake),
-    )
-    .interval(config.relay.interval.get())
-    .drain_timeout(config.relay.shutdown_timeout.get())
-    .on_round({
-        let metrics = Arc::clone(&metrics);
-        move |round| {
-            Metrics::add(&metrics.events_out, round.events as u64);
-            // rows too large for the server went to the DLQ in their place
-            Metrics::add(&metrics.dead_letters, round.too_large as u64);
-            if round.error.is_some() {
-                Metrics::add(&metrics.publish_errors, 1);
-            }
-        }
-    });
-    let relay_handle = tokio::spawn(relay.run(relay_stop_rx.receiver()));
-
     // The HTTP API for UIs reads the events stream and asks the query service; it never
     // touches the store or the consume loop.
     let ui = config.ui.enabled.then(|| {
@@ -264,14 +228,17 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
                  403 until a token is set (ui.enabled = false turns it off)"
             );
         }
-        Arc::new(crate::serve::ui::Api::new(
-            client.clone(),
-            &config.subject_prefix,
-            &config.streams.events,
-            config.ui.clone(),
-            loopback,
-            shutdown.receiver(),
-        ))
+        Arc::new(
+            crate::serve::ui::Api::new(
+                client.clone(),
+                &config.subject_prefix,
+                &config.streams.events,
+                config.ui.clone(),
+                loopback,
+                shutdown.receiver(),
+            )
+            .with_metrics(Arc::clone(&metrics)),
+        )
     });
     // GET /metrics, /healthz and /v1/….
     let http_handle = tokio::spawn(report_early_exit(
@@ -279,85 +246,51 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         crate::serve::http::serve_on(
             http_listener,
             Arc::clone(&metrics),
-            Arc::clone(&store),
+            Arc::clone(&running),
             Arc::clone(&health),
             ui,
             shutdown.receiver(),
         ),
     ));
-    // Queries over the NATS service API (message snapshots, provider-valid history).
-    let query_handle = tokio::spawn(report_early_exit(
-        "query service",
-        crate::serve::query::serve(
-            client.clone(),
-            Arc::clone(&store),
-            payloads.clone(),
-            // partitioned: queries for partition k are mapped to <prefix>.p.<k>.query.…
-            crate::serve::query::query_prefix(
-                &config.subject_prefix,
-                config.consumer.partitions,
-                config.consumer.partition,
-            ),
-            Arc::clone(&health),
-            shutdown.receiver(),
-        ),
-    ));
-
-    // The clock of the store's timers: how far every consumer has settled (crate::consume::watermark).
-    let watermark = Arc::new(Watermark::default());
-    let watermark_handle = tokio::spawn(crate::consume::watermark::run(
-        Arc::clone(&watermark),
-        consumers.clone(),
-        js.get_stream_no_info(&config.streams.input)
-            .await
-            .context("the input stream handle")?,
-        config.consumer.tick_interval.get(),
-        shutdown.clone(),
-    ));
-
-    let consume = ConsumeLoop {
-        store: Arc::clone(&store),
+    let shared = engine::Shared {
+        config: config.clone(),
+        client: client.clone(),
         js: js.clone(),
         subjects: subjects.clone(),
         metrics: Arc::clone(&metrics),
-        relay_wake: Arc::clone(&relay_wake),
-        config: config.consumer.clone(),
-        #[cfg(feature = "failpoints")]
-        abort_after_flushes: failpoints::abort_after_flushes(),
-        watermark,
-        store_failures: Default::default(),
+        health: Arc::clone(&health),
+        payloads: payloads.clone(),
     };
-    let consume_handle = tokio::spawn(consume.run(consumers, shutdown.clone()));
-
-    // Wait for the one shutdown path (or a task that should never end).
-    let consume_result = consume_handle.await;
-    if let Err(e) = &consume_result {
-        tracing::error!(error = %e, "consume loop failed");
-    }
+    let clean = match (consumers, static_store) {
+        (Consumers::Static(consumers), Some(store)) => {
+            let engine = Engine::start_static(&shared, store, consumers, &shutdown).await?;
+            running.add(&engine);
+            health.set_store_open(true);
+            // Wait for the one shutdown path (or a consume loop that should never end).
+            let (clean, drained) = tokio::select! {
+                _ = shutdown.wait() => engine.stop(Stop::Graceful).await,
+                _ = wait_for_end(&engine) => {
+                    trigger.trigger();
+                    engine.stop(Stop::Graceful).await
+                }
+            };
+            say_drained(drained);
+            clean
+        }
+        (Consumers::Static(_), None) | (Consumers::Leased, Some(_)) => {
+            anyhow::bail!("provisioning disagrees with consumer.assignment")
+        }
+        (Consumers::Leased, None) => {
+            health.set_store_open(true);
+            leased::run(&shared, &running, &trigger, &mut shutdown).await?
+        }
+    };
     trigger.trigger();
-    let _ = tokio::time::timeout(FINAL_WAIT, watermark_handle).await;
-
-    // The batch in hand is finished; make everything durable before draining.
-    flush_at_exit(&store, "final flush").await;
-    relay_stop.trigger();
-    let drained = relay_handle.await.unwrap_or(Drained::Incomplete);
-    // The drain deleted published rows; make those deletions durable too, so a restart does
-    // not publish them again (outside the duplicate window they would show twice).
-    flush_at_exit(&store, "flush after the outbox drain").await;
 
     // The services stop on the shutdown signal; none of these waits may hang the exit (a
     // disconnected client cannot flush).
-    let (http_done, query_done) = tokio::join!(
-        tokio::time::timeout(FINAL_WAIT, http_handle),
-        tokio::time::timeout(FINAL_WAIT, query_handle),
-    );
-    for (name, done) in [
-        ("http endpoint", http_done.is_ok()),
-        ("query service", query_done.is_ok()),
-    ] {
-        if !done {
-            tracing::warn!("{name} did not stop in time");
-        }
+    if tokio::time::timeout(FINAL_WAIT, http_handle).await.is_err() {
+        tracing::warn!("http endpoint did not stop in time");
     }
     health.set_store_open(false);
     if client.connection_state() != async_nats::connection::State::Connected {
@@ -371,25 +304,25 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
             Err(_) => tracing::warn!("final client flush timed out (not connected?)"),
         }
     }
-    match drained {
-        Drained::Empty => tracing::info!("stopped; every event published"),
-        Drained::Incomplete => {
-            tracing::info!("stopped; events still in the outbox are published on the next start")
-        }
-    }
-    if consume_result.is_err() {
+    if !clean {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Flushes the store on the blocking pool, logging (not returning) a failure: at exit there is
-/// nothing left to retry, and what was not flushed is redelivered after a restart.
-async fn flush_at_exit(store: &Arc<Store>, what: &'static str) {
-    let store = Arc::clone(store);
-    match tokio::task::spawn_blocking(move || store.flush()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "{what} failed"),
-        Err(e) => tracing::error!(error = %e, "{what} task failed"),
+/// Completes when an engine's consume loop ended without being asked to (a failure).
+async fn wait_for_end(engine: &Engine) {
+    while !engine.consume_ended() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Says how the final outbox drain ended.
+fn say_drained(drained: Drained) {
+    match drained {
+        Drained::Empty => tracing::info!("stopped; every event published"),
+        Drained::Incomplete => {
+            tracing::info!("stopped; events still in the outbox are published on the next start")
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::shutdown::Shutdown;
 use crate::nats::provision::{self, ProvisionError};
-use crate::run::config::Config;
+use crate::run::config::{Assignment, Config};
 use async_nats::jetstream;
 use chunk_model::wire::Subjects;
 use sink::backoff::Backoff;
@@ -29,15 +29,32 @@ pub(super) async fn provision_until_ready(
     config: &Config,
     subjects: &Subjects,
     shutdown: &mut Shutdown,
-) -> anyhow::Result<Option<Vec<jetstream::consumer::PullConsumer>>> {
+) -> anyhow::Result<Option<Consumers>> {
     retry_until_ready(
         || client.connection_state() == async_nats::connection::State::Connected,
         connected,
-        || provision::provision(js, config, subjects),
+        || async {
+            match config.consumer.assignment {
+                Assignment::Static => provision::provision(js, config, subjects)
+                    .await
+                    .map(Consumers::Static),
+                Assignment::Leases => provision::provision_streams(js, config, subjects)
+                    .await
+                    .map(|_| Consumers::Leased),
+            }
+        },
         &config.nats_url,
         shutdown,
     )
     .await
+}
+
+/// What provisioning made ready to read through.
+pub(super) enum Consumers {
+    /// The durable consumers of the static partition.
+    Static(Vec<jetstream::consumer::PullConsumer>),
+    /// Only the streams: each leased partition's engine makes its own consumers.
+    Leased,
 }
 
 /// [`provision_until_ready`] over any connection state and attempt: while `connected()` is

@@ -1,0 +1,555 @@
+//! One partition's engine: its sled store, its consume loop, the outbox relay, the query
+//! service and the settled watermark, started together and stopped in the one order that
+//! loses nothing (see [`Engine::stop`]).
+//!
+//! A worker runs one engine for its static partition (`consumer.partition`), or, with
+//! `consumer.assignment = "leases"`, one per partition it holds a lease for (`crate::ownership`),
+//! started and stopped as leases come and go ([`super::leased`]). A leased engine
+//!
+//! - starts from an empty store and rebuilds its partition from the input stream through
+//!   consumers of its own epoch (`<name>-e<epoch>[-p<k>-chunks|-results]`, every input from
+//!   the first), after deleting the consumers of earlier epochs: state comes from NATS, never
+//!   from another worker's disk, and an earlier owner's acks go to a consumer that no longer
+//!   exists;
+//! - publishes through [`sink::guarded::Guarded`]: nothing once the lease no longer holds,
+//!   `Toolstream-Owner` on every message, and what its rebuild produces again that is already
+//!   in the events or dead-letter stream is confirmed without a second copy, also beyond the
+//!   duplicate window;
+//! - acks nothing once the lease no longer holds (`ConsumeLoop::guard`).
+
+use super::shutdown::{self, Shutdown, Trigger};
+use super::{failpoints, FINAL_WAIT};
+use crate::consume::watermark::Watermark;
+use crate::consume::ConsumeLoop;
+use crate::nats::provision;
+use crate::run::config::Config;
+use crate::serve::http::{Health, StoreGauges};
+use crate::serve::metrics::Metrics;
+use anyhow::Context as _;
+use assembler::Store;
+use async_nats::jetstream::{self, consumer::PullConsumer};
+use chunk_model::wire::Subjects;
+use sink::guarded::{Guard, Guarded};
+use sink::jetstream::JetStream;
+use sink::publisher::Publisher;
+use sink::relay::{Drained, Relay, RelayTask};
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+/// What every engine of a worker shares.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub config: Config,
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+    pub subjects: Subjects,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    pub payloads: sink::payloads::Payloads,
+}
+
+/// The lease a leased engine runs under.
+pub(crate) struct LeaseTerms {
+    /// Its epoch (the lease's KV revision at acquisition; grows with every new owner).
+    pub epoch: u64,
+    /// Whether it still holds.
+    pub guard: Arc<dyn Guard>,
+}
+
+/// A leased engine's guard and the ids already published when its lease was acquired.
+type Fencing = (Arc<dyn Guard>, Arc<HashSet<String>>);
+
+/// How an engine stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// Shutdown or a hand-off: finish the batch in hand, flush, drain the outbox (bounded),
+    /// flush again, so the next owner (or the next start) publishes nothing twice.
+    Graceful,
+    /// The lease was lost: stop at once. Nothing more is acked or published (the guard sees
+    /// to that); the store is left for the next acquisition to discard.
+    Revoked,
+}
+
+/// A running engine.
+pub(crate) struct Engine {
+    pub partition: u32,
+    store: Arc<Store>,
+    stop: Trigger,
+    relay_stop: Trigger,
+    consume: JoinHandle<()>,
+    watermark: JoinHandle<()>,
+    relay: JoinHandle<Drained>,
+    query: JoinHandle<()>,
+}
+
+impl Engine {
+    /// The engine of a statically assigned partition: its store as it is, the durable
+    /// consumers `consumers` provisioned at start.
+    pub async fn start_static(
+        shared: &Shared,
+        store: Arc<Store>,
+        consumers: Vec<PullConsumer>,
+        global: &Shutdown,
+    ) -> anyhow::Result<Engine> {
+        let publisher = JetStream::new(shared.js.clone()).with_payloads(shared.payloads.clone());
+        Engine::launch(
+            shared,
+            shared.config.consumer.partition,
+            None,
+            store,
+            consumers,
+            publisher,
+            global,
+        )
+        .await
+    }
+
+    /// The engine of partition `partition` under `lease`: an empty store rebuilt from the
+    /// input stream (see the module docs).
+    pub async fn start_leased(
+        shared: &Shared,
+        partition: u32,
+        lease: LeaseTerms,
+        global: &Shutdown,
+    ) -> anyhow::Result<Engine> {
+        let config = &shared.config;
+        let partitions = config.consumer.partitions;
+        let store_dir = leased_store_dir(config, partition);
+        discard(&store_dir).await?;
+        let store = open_store(config, &store_dir).await?;
+
+        let input = shared
+            .js
+            .get_stream(&config.streams.input)
+            .await
+            .context("the input stream")?;
+        delete_other_epochs(
+            &input,
+            &config.consumer.name,
+            partitions,
+            partition,
+            lease.epoch,
+        )
+        .await?;
+        let mut consumers = Vec::new();
+        for (name, filter) in leased_consumers(config, &shared.subjects, partition, lease.epoch) {
+            let want = provision::desired_consumer(config, &name, &filter);
+            let consumer = input
+                .get_or_create_consumer(&name, want)
+                .await
+                .with_context(|| format!("create consumer {name}"))?;
+            consumers.push(consumer);
+        }
+
+        // What the partition's earlier owners published: confirmed, not published again.
+        // Events and dead letters go to `<prefix>.<kind>.<conv>.<msg>`; the input dead letters
+        // of `<prefix>.dlq.unroutable` are kept whatever their partition (their ids are
+        // input stream sequences, unique across partitions).
+        let unroutable = shared.subjects.dlq_unroutable();
+        let keep = |subject: &str| {
+            subject == unroutable
+                || subject.split('.').rev().nth(1).is_some_and(|conversation| {
+                    Subjects::partition_of(partitions, conversation) == partition
+                })
+        };
+        let mut published: HashSet<String> =
+            sink::guarded::published_ids(&shared.js, &config.streams.events, keep).await?;
+        published
+            .extend(sink::guarded::published_ids(&shared.js, &config.streams.dlq, keep).await?);
+        let published = Arc::new(published);
+        tracing::info!(
+            partition,
+            epoch = lease.epoch,
+            already_published = published.len(),
+            "rebuilding the partition from the input stream"
+        );
+        tokio::spawn(report_caught_up(
+            consumers.clone(),
+            partition,
+            lease.epoch,
+            Arc::clone(&lease.guard),
+        ));
+        let publisher = Guarded::new(
+            JetStream::new(shared.js.clone()).with_payloads(shared.payloads.clone()),
+            Arc::clone(&lease.guard),
+            Arc::clone(&published),
+        );
+        Engine::launch(
+            shared,
+            partition,
+            Some((lease.guard, published)),
+            store,
+            consumers,
+            publisher,
+            global,
+        )
+        .await
+    }
+
+    async fn launch<P: Publisher>(
+        shared: &Shared,
+        partition: u32,
+        fencing: Option<Fencing>,
+        store: Arc<Store>,
+        consumers: Vec<PullConsumer>,
+        publisher: P,
+        global: &Shutdown,
+    ) -> anyhow::Result<Engine> {
+        let config = &shared.config;
+        // The engine stops on its own trigger, or with the worker.
+        let (stop, engine_shutdown) = shutdown::channel();
+        {
+            let mut global = global.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                global.wait().await;
+                stop.trigger();
+            });
+        }
+
+        // The relay stops on its own signal, given only after the last batch is durable.
+        let (relay_stop, relay_stop_rx) = shutdown::channel();
+        let relay_wake = Arc::new(Notify::new());
+        let relay = RelayTask::new(
+            failpoints::arm_relay(Relay::new(
+                publisher,
+                &config.subject_prefix,
+                config.relay.batch,
+            )),
+            Arc::clone(&store),
+            Arc::clone(&relay_wake),
+        )
+        .interval(config.relay.interval.get())
+        .drain_timeout(config.relay.shutdown_timeout.get())
+        .on_round({
+            let metrics = Arc::clone(&shared.metrics);
+            move |round| {
+                Metrics::add(&metrics.events_out, round.events as u64);
+                // rows too large for the server went to the DLQ in their place
+                Metrics::add(&metrics.dead_letters, round.too_large as u64);
+                if round.error.is_some() {
+                    Metrics::add(&metrics.publish_errors, 1);
+                }
+            }
+        });
+        let relay = tokio::spawn(relay.run(relay_stop_rx.receiver()));
+
+        // Queries over the NATS service API (message snapshots, provider-valid history).
+        let query = tokio::spawn(super::report_early_exit(
+            "query service",
+            crate::serve::query::serve(
+                shared.client.clone(),
+                Arc::clone(&store),
+                shared.payloads.clone(),
+                // partitioned: queries for partition k are mapped to <prefix>.p.<k>.query.…
+                crate::serve::query::query_prefix(
+                    &config.subject_prefix,
+                    config.consumer.partitions,
+                    partition,
+                ),
+                Arc::clone(&shared.health),
+                engine_shutdown.receiver(),
+            ),
+        ));
+
+        // The clock of the store's timers: how far every consumer has settled.
+        let watermark = Arc::new(Watermark::default());
+        let watermark_task = tokio::spawn(crate::consume::watermark::run(
+            Arc::clone(&watermark),
+            consumers.clone(),
+            shared
+                .js
+                .get_stream_no_info(&config.streams.input)
+                .await
+                .context("the input stream handle")?,
+            config.consumer.tick_interval.get(),
+            engine_shutdown.clone(),
+        ));
+
+        let consume = ConsumeLoop {
+            store: Arc::clone(&store),
+            js: shared.js.clone(),
+            subjects: shared.subjects.clone(),
+            metrics: Arc::clone(&shared.metrics),
+            relay_wake,
+            config: config.consumer.clone(),
+            #[cfg(feature = "failpoints")]
+            abort_after_flushes: failpoints::abort_after_flushes(),
+            watermark,
+            store_failures: Default::default(),
+            published: fencing
+                .as_ref()
+                .map(|(_, p)| Arc::clone(p))
+                .unwrap_or_default(),
+            guard: fencing.map(|(g, _)| g),
+        };
+        let consume = tokio::spawn(consume.run(consumers, engine_shutdown));
+        Ok(Engine {
+            partition,
+            store,
+            stop,
+            relay_stop,
+            consume,
+            watermark: watermark_task,
+            relay,
+            query,
+        })
+    }
+
+    /// Completes when the consume loop ended on its own (its lease no longer holds, or it
+    /// failed); a running engine's loop only ends when stopped.
+    pub fn consume_ended(&self) -> bool {
+        self.consume.is_finished()
+    }
+
+    /// Stops the engine (see [`Stop`]); returns whether the consume loop ended cleanly and
+    /// how the outbox drain ended.
+    pub async fn stop(self, how: Stop) -> (bool, Drained) {
+        self.stop.trigger();
+        let consume = self.consume.await;
+        if let Err(e) = &consume {
+            tracing::error!(partition = self.partition, error = %e, "consume loop failed");
+        }
+        let _ = tokio::time::timeout(FINAL_WAIT, self.watermark).await;
+        let drained = match how {
+            Stop::Graceful => {
+                // The batch in hand is finished; make everything durable before draining.
+                flush(&self.store, "final flush").await;
+                self.relay_stop.trigger();
+                let drained = self.relay.await.unwrap_or(Drained::Incomplete);
+                // The drain deleted published rows; make those deletions durable too, so a
+                // restart does not publish them again.
+                flush(&self.store, "flush after the outbox drain").await;
+                drained
+            }
+            Stop::Revoked => {
+                self.relay.abort();
+                Drained::Incomplete
+            }
+        };
+        if tokio::time::timeout(FINAL_WAIT, self.query).await.is_err() {
+            tracing::warn!(
+                partition = self.partition,
+                "query service did not stop in time"
+            );
+        }
+        (consume.is_ok(), drained)
+    }
+}
+
+/// The gauges of every running engine, summed, for `/metrics`.
+#[derive(Default)]
+pub(crate) struct Running {
+    stores: Mutex<BTreeMap<u32, Arc<Store>>>,
+}
+
+impl Running {
+    pub fn add(&self, engine: &Engine) {
+        let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        stores.insert(engine.partition, Arc::clone(&engine.store));
+    }
+
+    pub fn remove(&self, partition: u32) {
+        let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        stores.remove(&partition);
+    }
+
+    fn sum(&self, f: impl Fn(&Store) -> u64) -> Option<u64> {
+        let stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        Some(stores.values().map(|s| f(s)).sum())
+    }
+}
+
+impl StoreGauges for Running {
+    fn open_streams(&self) -> Option<u64> {
+        self.sum(|s| s.open_streams() as u64)
+    }
+
+    fn outbox_depth(&self) -> Option<u64> {
+        self.sum(|s| s.outbox_len() as u64)
+    }
+}
+
+/// Opens (creating) the store in `dir`, private before sled writes a byte.
+pub(crate) async fn open_store(config: &Config, dir: &Path) -> anyhow::Result<Arc<Store>> {
+    // The store holds users' arguments and results: private before sled writes a byte.
+    crate::run::private_dir::ensure_private(&config.data_dir)?;
+    if dir != config.data_dir {
+        crate::run::private_dir::ensure_private(dir)?;
+    }
+    let store = {
+        let owned = dir.to_path_buf();
+        let cfg = config.assembler.clone();
+        tokio::task::spawn_blocking(move || Store::open(&owned, cfg))
+            .await
+            .context("open the store")?
+            .with_context(|| {
+                format!(
+                    "open the store in {} (each worker needs its own --data-dir)",
+                    dir.display()
+                )
+            })?
+    };
+    tracing::info!(dir = %dir.display(), "store open");
+    Ok(Arc::new(store))
+}
+
+/// The store of a leased partition: `<data_dir>/leased-<k>`, apart from the static layout so
+/// that switching modes never rebuilds over a store that still holds unpublished events.
+pub(crate) fn leased_store_dir(config: &Config, partition: u32) -> PathBuf {
+    config.data_dir.join(format!("leased-{partition}"))
+}
+
+/// Removes a leased store left from an earlier lease: the partition is rebuilt from NATS,
+/// where everything that store published or acked already is.
+async fn discard(dir: &Path) -> anyhow::Result<()> {
+    match tokio::fs::remove_dir_all(dir).await {
+        Ok(()) => {
+            tracing::info!(dir = %dir.display(), "discarded the store of an earlier lease");
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("remove {}: {e}", dir.display())),
+    }
+}
+
+/// The consumers of partition `partition` under `epoch`: `<name>-e<epoch>` plus the
+/// partition's suffix (`-p<k>-chunks`, `-p<k>-results`), every input from the first.
+pub(crate) fn leased_consumers(
+    config: &Config,
+    subjects: &Subjects,
+    partition: u32,
+    epoch: u64,
+) -> Vec<(String, String)> {
+    subjects
+        .consumer_filters(config.consumer.partitions, partition)
+        .into_iter()
+        .map(|(suffix, filter)| (format!("{}-e{epoch}{suffix}", config.consumer.name), filter))
+        .collect()
+}
+
+/// Whether `consumer` is a leased consumer of `partition` (of any epoch but `epoch`).
+fn of_other_epoch(name: &str, partitions: u32, partition: u32, epoch: u64, consumer: &str) -> bool {
+    let Some(rest) = consumer.strip_prefix(&format!("{name}-e")) else {
+        return false;
+    };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    if digits == 0 {
+        return false;
+    }
+    let (number, suffix) = rest.split_at(digits);
+    let ours = if partitions > 1 {
+        suffix == format!("-p{partition}-chunks") || suffix == format!("-p{partition}-results")
+    } else {
+        suffix.is_empty()
+    };
+    ours && number.parse::<u64>().is_ok_and(|n| n != epoch)
+}
+
+/// Deletes the consumers earlier owners of `partition` read through: an earlier owner that
+/// was only paused can neither fetch nor ack through them any more.
+async fn delete_other_epochs(
+    input: &jetstream::stream::Stream,
+    name: &str,
+    partitions: u32,
+    partition: u32,
+    epoch: u64,
+) -> anyhow::Result<()> {
+    use futures::TryStreamExt;
+    let names: Vec<String> = input
+        .consumer_names()
+        .try_collect()
+        .await
+        .context("list the input stream's consumers")?;
+    for consumer in names
+        .iter()
+        .filter(|c| of_other_epoch(name, partitions, partition, epoch, c))
+    {
+        input
+            .delete_consumer(consumer)
+            .await
+            .with_context(|| format!("delete consumer {consumer} of an earlier lease"))?;
+        tracing::info!(partition, epoch, consumer = %consumer, "deleted the consumer of an earlier lease");
+    }
+    Ok(())
+}
+
+/// Logs once when a rebuilt partition's consumers have delivered everything the input stream
+/// held (`partition caught up`, with the time since the lease was acquired and the inputs
+/// read): how long a takeover took. Gives up quietly when the lease goes.
+async fn report_caught_up(
+    consumers: Vec<PullConsumer>,
+    partition: u32,
+    epoch: u64,
+    guard: Arc<dyn Guard>,
+) {
+    let started = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if !guard.is_valid() {
+            return;
+        }
+        let mut pending = 0u64;
+        let mut delivered = 0u64;
+        for consumer in &consumers {
+            let mut consumer = consumer.clone();
+            match consumer.info().await {
+                Ok(info) => {
+                    pending += info.num_pending;
+                    delivered += info.delivered.consumer_sequence;
+                }
+                Err(_) => pending += 1,
+            }
+        }
+        if pending == 0 {
+            tracing::info!(
+                partition,
+                epoch,
+                inputs = delivered,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "partition caught up with the input stream"
+            );
+            return;
+        }
+    }
+}
+
+/// Flushes the store on the blocking pool, logging (not returning) a failure: at exit there is
+/// nothing left to retry, and what was not flushed is redelivered after a restart.
+pub(crate) async fn flush(store: &Arc<Store>, what: &'static str) {
+    let store = Arc::clone(store);
+    match tokio::task::spawn_blocking(move || store.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "{what} failed"),
+        Err(e) => tracing::error!(error = %e, "{what} task failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_same_partitions_consumers_of_other_epochs_are_deleted() {
+        let other = |c: &str| of_other_epoch("toolstream", 4, 2, 9, c);
+        assert!(other("toolstream-e7-p2-chunks"));
+        assert!(other("toolstream-e7-p2-results"));
+        assert!(!other("toolstream-e9-p2-chunks"), "its own epoch");
+        assert!(!other("toolstream-e7-p3-chunks"), "another partition");
+        assert!(
+            !other("toolstream-e7-p21-chunks"),
+            "another partition, same prefix"
+        );
+        assert!(!other("toolstream-p2-chunks"), "the static consumer");
+        assert!(!other("toolstream-extra-e7-p2-chunks"));
+        assert!(!other("other-e7-p2-chunks"));
+        let single = |c: &str| of_other_epoch("toolstream", 1, 0, 9, c);
+        assert!(single("toolstream-e3"));
+        assert!(!single("toolstream-e9"));
+        assert!(!single("toolstream"));
+        assert!(!single("toolstream-e3-p0-chunks"));
+    }
+}
