@@ -141,7 +141,7 @@ pub async fn drain(
 
 /// Publishes every input, at most 4,096 PubAcks outstanding, and checks the stream holds them
 /// all (none dropped as a duplicate).
-async fn preload(client: &async_nats::Client, backlog: &Backlog) -> anyhow::Result<()> {
+pub async fn preload(client: &async_nats::Client, backlog: &Backlog) -> anyhow::Result<()> {
     let js = jetstream::ContextBuilder::new()
         .max_ack_inflight(8_192)
         .build(client.clone());
