@@ -60,7 +60,7 @@ pub struct RunArgs {
     #[arg(long, env = "TOOLSTREAM_ASSIGNMENT", value_name = "MODE")]
     pub assignment: Option<crate::run::config::Assignment>,
     /// With --assignment leases: how long a partition's lease lives without renewal, the
-    /// longest a dead worker's partitions wait for a new owner [default: 10s].
+    /// longest a dead worker's partitions wait for a new owner [default: 15s].
     #[arg(long, env = "TOOLSTREAM_LEASE_TTL", value_name = "DURATION")]
     pub lease_ttl: Option<HumanDuration>,
     /// With --assignment leases: this worker's id, unique among live workers

@@ -26,13 +26,12 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Assignment {
-    /// The one partition `consumer.partition`, fixed (one worker per partition).
+    /// This worker owns `consumer.partition`, fixed (one worker per partition).
     #[default]
     Static,
-    /// As many of `consumer.partitions` as this worker's fair share, through leases in a
-    /// JetStream key-value bucket (`[ownership]`, `crate::ownership`): workers balance the
-    /// partitions among themselves as they join and leave, and take over a dead worker's
-    /// partitions by rebuilding them from the input stream.
+    /// Workers share `consumer.partitions` through leases in a NATS key-value bucket
+    /// (`[ownership]`): they balance the partitions as they join and leave, and take over a
+    /// dead worker's partitions by rebuilding them from the input stream.
     Leases,
 }
 
