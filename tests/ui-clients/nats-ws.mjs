@@ -8,11 +8,13 @@
 // Run by crates/worker/tests/ui_websocket.rs in Node, where the `ws` package stands in for the
 // browser's WebSocket (Node 20 has none):
 //
-//   NATS_USER=toolstream-browser NATS_PASS=... node nats-ws.mjs <ws url> <conversation> <after> [probe]
+//   NATS_USER=toolstream-browser NATS_PASS=... node nats-ws.mjs <ws url> <conversation> <after> [probe | follow:<n>]
 //
 // Prints one JSON line per event, {"seq": <stream sequence>, "event": <the event>}, strictly
-// after <after>, then {"caught_up": <seq>} once nothing more is stored. With `probe` it then
-// tries what the user must not do and prints what the server told it: {"told": [...]}.
+// after <after>, then {"caught_up": <seq>} once nothing more is stored, and stops there. With
+// `follow:<n>` it goes on until it printed <n> events (connection changes printed as
+// {"status": "disconnect" | "reconnect"}). With `probe` it then tries what the user must not do
+// and prints what the server told it: {"told": [...]}.
 
 import { WebSocket } from "ws";
 import { wsconnect } from "@nats-io/nats-core";
@@ -20,8 +22,9 @@ import { jetstream } from "@nats-io/jetstream";
 
 globalThis.WebSocket ??= WebSocket;
 
-const [url, conversation, afterArg, probe] = process.argv.slice(2);
+const [url, conversation, afterArg, mode = ""] = process.argv.slice(2);
 const after = Number(afterArg ?? "0");
+const follow = mode.startsWith("follow:") ? Number(mode.slice("follow:".length)) : 0;
 const told = [];
 const print = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
 
@@ -35,6 +38,7 @@ const nc = await wsconnect({
 (async () => {
   for await (const s of nc.status()) {
     if (s.type === "error") told.push(String(s.error?.message ?? s.error));
+    if (s.type === "disconnect" || s.type === "reconnect") print({ status: s.type });
   }
 })();
 const js = jetstream(nc);
@@ -43,22 +47,32 @@ const consumer = await js.consumers.get("TOOLSTREAM_EVENTS", {
   opt_start_seq: after + 1, // strictly after the last event applied (0: from the start)
 });
 const messages = await consumer.consume();
-const timer = setTimeout(() => {
-  print({ error: "no event within 30 s" });
-  process.exit(2);
-}, 30_000);
+let timer;
+const quiet = () => {
+  clearTimeout(timer);
+  timer = setTimeout(() => {
+    print({ error: "no event for 60 s" });
+    process.exit(2);
+  }, 60_000);
+};
+quiet();
+let printed = 0;
+let caughtUp = false;
 for await (const m of messages) {
   print({ seq: m.seq, event: m.json() }); // m.seq: the stream sequence, the SSE id
-  if (m.info.pending === 0) {
+  printed += 1;
+  quiet();
+  if (!caughtUp && m.info.pending === 0) {
     print({ caught_up: m.seq });
-    break;
+    caughtUp = true;
   }
+  if (follow ? printed >= follow : caughtUp) break;
 }
 clearTimeout(timer);
 await messages.close();
 
 // --- what it must not do -------------------------------------------------------------------
-if (probe === "probe") {
+if (mode === "probe") {
   nc.publish(`toolstream.chunks.${conversation}.forged`, "{}");
   nc.publish(`toolstream.events.${conversation}.forged`, "{}");
   for (const subject of ["_INBOX_toolstream.>", "_INBOX.>"]) {

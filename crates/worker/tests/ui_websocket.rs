@@ -9,7 +9,11 @@
 //!   JetStream call outside its four grants, and none of it has an effect; a consumer whose
 //!   filter differs from the one its create subject names is refused by the server (what lets
 //!   a per-tenant grant bound what a browser reads);
-//! - the same user cannot log in over plain TCP (WebSocket only).
+//! - the same user cannot log in over plain TCP (WebSocket only);
+//! - a browser following the conversation keeps going through a nats-server restart (its
+//!   in-memory consumer is found gone with `CONSUMER.INFO` and recreated after the last event
+//!   it had) and sees a message published after it, every event once. Without the
+//!   `CONSUMER.INFO` grant it stalls there; without `STREAM.INFO` it never starts (both tried).
 
 // A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -23,6 +27,7 @@ use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 use toolstream_testkit::{free_port, NatsServer};
 
 const WORKER_PW: &str = "worker-pw-ws";
@@ -122,26 +127,36 @@ struct Seen {
     events: Vec<(u64, Value)>,
     caught_up: Option<u64>,
     told: Vec<String>,
+    /// Connection changes (`disconnect`, `reconnect`).
+    statuses: Vec<String>,
 }
 
-/// Runs the subscriber as `toolstream-browser` over the WebSocket listener.
-async fn subscribe(dir: &Path, ws_port: u16, after: u64, probe: bool) -> Seen {
+/// The subscriber as `toolstream-browser` over the WebSocket listener, from `after`, with
+/// `mode` (`""`, `probe` or `follow:<n>`): the command.
+fn subscriber(dir: &Path, ws_port: u16, after: u64, mode: &str) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("node");
     cmd.arg(dir.join("nats-ws.mjs"))
         .arg(format!("ws://127.0.0.1:{ws_port}"))
         .arg(CONV)
         .arg(after.to_string())
+        .arg(mode)
         .current_dir(dir)
         .env("NATS_USER", "toolstream-browser")
         .env("NATS_PASS", BROWSER_PW)
         .kill_on_drop(true);
-    if probe {
-        cmd.arg("probe");
-    }
-    let out = tokio::time::timeout(Duration::from_secs(90), cmd.output())
-        .await
-        .expect("the subscriber finishes within 90 s")
-        .expect("run node");
+    cmd
+}
+
+/// Runs the subscriber to its end; what it printed.
+async fn subscribe(dir: &Path, ws_port: u16, after: u64, probe: bool) -> Seen {
+    let mode = if probe { "probe" } else { "" };
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        subscriber(dir, ws_port, after, mode).output(),
+    )
+    .await
+    .expect("the subscriber finishes within 90 s")
+    .expect("run node");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -149,12 +164,18 @@ async fn subscribe(dir: &Path, ws_port: u16, after: u64, probe: bool) -> Seen {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    parse(&stdout.lines().map(str::to_string).collect::<Vec<_>>())
+}
+
+/// The subscriber's JSON lines.
+fn parse(lines: &[String]) -> Seen {
     let mut read = Seen {
         events: Vec::new(),
         caught_up: None,
         told: Vec::new(),
+        statuses: Vec::new(),
     };
-    for line in stdout.lines() {
+    for line in lines {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         if let Some(seq) = v["seq"].as_u64() {
             read.events.push((seq, v["event"].clone()));
@@ -165,6 +186,8 @@ async fn subscribe(dir: &Path, ws_port: u16, after: u64, probe: bool) -> Seen {
                 .iter()
                 .map(|t| t.as_str().unwrap().to_string())
                 .collect();
+        } else if let Some(status) = v["status"].as_str() {
+            read.statuses.push(status.to_string());
         } else {
             panic!("unexpected line {line}");
         }
@@ -172,8 +195,25 @@ async fn subscribe(dir: &Path, ws_port: u16, after: u64, probe: bool) -> Seen {
     read
 }
 
-#[tokio::test]
-async fn a_browser_reads_a_conversation_over_websocket_as_the_read_only_user_and_nothing_more() {
+/// The deployment under test: the server with both deploy files, an admin client, the worker
+/// of [`CONV`]'s partition as `toolstream-worker`, the events stream read so far, and
+/// `target/ui-clients` with the subscriber.
+struct Deployed {
+    server: NatsServer,
+    ws_port: u16,
+    admin: async_nats::Client,
+    partition: u32,
+    worker: Worker,
+    producer: Producer,
+    events: StreamLog,
+    clients: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts the deployment and publishes two messages of [`CONV`] with their results and one
+/// message of another conversation on the same partition (whose events must not be read);
+/// returns once all their events are on the events stream.
+async fn deploy() -> Deployed {
     let clients = tokio::task::spawn_blocking(ws_client);
     let ws_port = free_port();
     let server = NatsServer::start_with_config(&server_conf(ws_port)).expect("nats-server");
@@ -247,18 +287,47 @@ async fn a_browser_reads_a_conversation_over_websocket_as_the_read_only_user_and
             || worker.log(),
         )
         .await;
-    let want: Vec<(u64, Value)> = events
+    Deployed {
+        server,
+        ws_port,
+        admin,
+        partition,
+        worker,
+        producer,
+        events,
+        clients: clients.await.unwrap(),
+        _dir: dir,
+    }
+}
+
+/// The events of [`CONV`] on the events stream read so far: (sequence, event).
+fn events_of_conv(events: &StreamLog) -> Vec<(u64, Value)> {
+    events
         .all
         .iter()
         .filter(|r| r.subject.starts_with(&format!("toolstream.events.{CONV}.")))
         .map(|r| (r.seq, r.json()))
-        .collect();
+        .collect()
+}
+
+#[tokio::test]
+async fn a_browser_reads_a_conversation_over_websocket_as_the_read_only_user_and_nothing_more() {
+    let Deployed {
+        server,
+        ws_port,
+        admin,
+        partition,
+        worker,
+        mut events,
+        clients,
+        ..
+    } = deploy().await;
+    let want = events_of_conv(&events);
     assert_eq!(
         want.len(),
         2 * 3 + 2 + 3,
         "3 calls (started, completed), 2 messages, 3 results"
     );
-    let clients = clients.await.unwrap();
 
     // --- from the start: every event of the conversation, as on the stream, once -------------
     let read = subscribe(&clients, ws_port, 0, false).await;
@@ -355,4 +424,93 @@ async fn a_browser_reads_a_conversation_over_websocket_as_the_read_only_user_and
     .await
     .expect("the TCP login is answered");
     assert!(tcp.is_err(), "toolstream-browser logged in over TCP");
+}
+
+/// The browser's connection survives a nats-server restart: its ordered consumer (in memory,
+/// gone with the server) is found missing through `CONSUMER.INFO` and recreated after the last
+/// event it printed, so a message published after the restart arrives, and every event of the
+/// conversation is seen once. (Without the `CONSUMER.INFO` grant the client stalls here.)
+#[tokio::test]
+async fn a_browser_following_over_websocket_resumes_after_a_nats_server_restart_seeing_each_event_once(
+) {
+    let Deployed {
+        mut server,
+        ws_port,
+        worker,
+        producer,
+        mut events,
+        clients,
+        ..
+    } = deploy().await;
+    let before = events_of_conv(&events);
+    // m3 after the restart: one call and its result = started, completed, message.completed,
+    // tool_result.completed
+    let total = before.len() + 4;
+    let mut child = subscriber(&clients, ws_port, 0, &format!("follow:{total}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run node");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let caught_up = line.contains("caught_up");
+            printed.push(line);
+            if caught_up {
+                return;
+            }
+        }
+        panic!("the subscriber ended before catching up: {printed:#?}");
+    })
+    .await
+    .expect("the subscriber catches up");
+
+    server
+        .restart()
+        .expect("nats-server restarts on its ports with its store");
+    producer.openai_stream(CONV, "m3", &calls("m3", 1)).await;
+    producer.result(CONV, "m3", 0, "call_m3_0", "fourth").await;
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            printed.push(line);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the subscriber did not get m3 after the restart: {printed:#?}"));
+    let status = child.wait().await.unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}: {printed:#?}\n{stderr}");
+
+    events
+        .until(
+            WAIT,
+            "m3 on the events stream",
+            |all| {
+                all.iter()
+                    .filter(|r| r.subject.starts_with(&format!("toolstream.events.{CONV}.")))
+                    .count()
+                    == total
+            },
+            || worker.log(),
+        )
+        .await;
+    let want = events_of_conv(&events);
+    let seen = parse(&printed);
+    assert!(
+        seen.statuses.iter().any(|s| s == "reconnect"),
+        "the connection went down with the server and came back: {:?}",
+        seen.statuses
+    );
+    assert_eq!(
+        seen.events, want,
+        "before and after the restart: every event once, in stream order"
+    );
 }
