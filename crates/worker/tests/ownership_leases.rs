@@ -46,6 +46,8 @@ fn config(worker: &str, ttl: Duration, replicas: usize) -> OwnershipConfig {
 struct HostState {
     /// Partition -> (epoch, fence), as the host holds them.
     held: BTreeMap<u32, (u64, Fence)>,
+    /// Handed off, not yet released: (partition, epoch).
+    handing_off: Vec<(u32, u64)>,
     acquired: u32,
     revoked: u32,
     handed_off: u32,
@@ -100,6 +102,10 @@ impl Worker {
                                 }
                                 Change::Revoked { partition, epoch } => {
                                     s.revoked += 1;
+                                    if s.handing_off.contains(&(partition, epoch)) {
+                                        // Lapsed during the graceful stop: allowed.
+                                        continue;
+                                    }
                                     match s.held.remove(&partition) {
                                         Some((e, f)) if e == epoch => {
                                             if f.is_valid() {
@@ -112,6 +118,7 @@ impl Worker {
                                 }
                                 Change::HandOff { partition, epoch } => {
                                     s.handed_off += 1;
+                                    s.handing_off.push((partition, epoch));
                                     match s.held.remove(&partition) {
                                         Some((e, _)) if e == epoch => {}
                                         other => s.errors.push(format!("hand-off {partition}/{epoch}, held {:?}", other.map(|o| o.0))),
@@ -122,6 +129,7 @@ impl Worker {
                         };
                         if let Some((partition, epoch)) = hand_back {
                             handle.released(partition, epoch).await;
+                            st.lock().unwrap().handing_off.retain(|h| *h != (partition, epoch));
                         }
                     }
                     ctl = ctl_rx.recv() => match ctl {
@@ -323,14 +331,35 @@ async fn kv_members(js: &jetstream::Context) -> Vec<String> {
     out
 }
 
+/// What a worker should hold: these partitions, or this many.
+#[derive(Debug, Clone, Copy)]
+enum Want {
+    Exactly(&'static [u32]),
+    Count(usize),
+}
+
+impl<const N: usize> From<&'static [u32; N]> for Want {
+    fn from(ks: &'static [u32; N]) -> Want {
+        Want::Exactly(ks)
+    }
+}
+
+impl From<usize> for Want {
+    fn from(n: usize) -> Want {
+        Want::Count(n)
+    }
+}
+
 /// Waits until the hosts hold exactly `want` (worker -> partitions) and the bucket agrees
 /// (same owner and epoch for every partition).
 async fn converged(
     js: &jetstream::Context,
     workers: &[&Worker],
     partitions: u32,
-    want: &[(&str, &[u32])],
+    want: &[(&str, impl Into<Want> + Copy)],
 ) -> BTreeMap<u32, (String, u64)> {
+    let want: Vec<(&str, Want)> = want.iter().map(|(w, k)| (*w, (*k).into())).collect();
+    let want = &want;
     let got = eventually_async(WAIT, || async {
         let mut hosts: BTreeMap<u32, (String, u64)> = BTreeMap::new();
         for w in workers {
@@ -344,7 +373,11 @@ async fn converged(
                 .filter(|(_, (w, _))| w == id)
                 .map(|(k, _)| *k)
                 .collect();
-            if mine != ks.to_vec() {
+            let ok = match ks {
+                Want::Exactly(ks) => mine == ks.to_vec(),
+                Want::Count(n) => mine.len() == *n,
+            };
+            if !ok {
                 return None;
             }
         }
@@ -438,6 +471,41 @@ async fn one_worker_takes_every_partition_and_a_joining_one_gets_half_never_both
     );
     a.stop().await;
     b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_joining_stopping_and_crashing_converge_to_balanced_ownership() {
+    logs();
+    let server = NatsServer::start().expect("nats-server");
+    let js = client_js(&server.url()).await;
+    let ttl = Duration::from_secs(2);
+    let url = [server.url()];
+    let a = Worker::start(&url, config("a", ttl, 1), 5).await;
+    let fences = registry(&[&a]);
+    let checker = Checker::start(fences.clone());
+    converged(&js, &[&a], 5, &[("a", 5)]).await;
+    let b = Worker::start(&url, config("b", ttl, 1), 5).await;
+    fences.lock().unwrap().push((b.id.clone(), b.state.clone()));
+    converged(&js, &[&a, &b], 5, &[("a", 3), ("b", 2)]).await;
+    let c = Worker::start(&url, config("c", ttl, 1), 5).await;
+    fences.lock().unwrap().push((c.id.clone(), c.state.clone()));
+    converged(&js, &[&a, &b, &c], 5, &[("a", 2), ("b", 2), ("c", 1)]).await;
+    assert_eq!(kv_members(&js).await, vec!["a", "b", "c"]);
+    // b leaves cleanly: [a, c] share 3 + 2, at once.
+    b.stop().await;
+    converged(&js, &[&a, &c], 5, &[("a", 3), ("c", 2)]).await;
+    // a crashes: c takes everything once a's leases and member key expired.
+    let a_errors = a.errors();
+    a.crash().await;
+    converged(&js, &[&c], 5, &[("c", 5)]).await;
+    assert_eq!(kv_members(&js).await, vec!["c"]);
+    checker.finish().await;
+    assert!(
+        a_errors.is_empty() && c.errors().is_empty(),
+        "{a_errors:?} {:?}",
+        c.errors()
+    );
+    c.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -629,8 +697,9 @@ async fn leases_keep_working_on_a_three_node_cluster_when_the_bucket_leader_is_k
     };
     let a = Worker::start(&urls, cfg("a"), 4).await;
     let b = Worker::start(&urls, cfg("b"), 4).await;
-    let checker = Checker::start(registry(&[&a, &b]));
-    converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    let c = Worker::start(&urls, cfg("c"), 4).await;
+    let checker = Checker::start(registry(&[&a, &b, &c]));
+    converged(&js, &[&a, &b, &c], 4, &[("a", 2), ("b", 1), ("c", 1)]).await;
     let mut stream = js.get_stream(format!("KV_{BUCKET}")).await.expect("bucket");
     let info = stream.info().await.expect("info").clone();
     assert_eq!(info.config.num_replicas, 3, "an R3 bucket");
@@ -646,7 +715,11 @@ async fn leases_keep_working_on_a_three_node_cluster_when_the_bucket_leader_is_k
     // Renewals keep landing on the new leader: every lease's revision moves past its value at
     // the kill, and the bucket and the hosts agree on a balanced ownership.
     let renewed = eventually_async(WAIT, || async {
-        let now = try_kv_leases(&js, 4).await.ok()?;
+        // A short deadline per look, so a request stuck on the dead node does not count.
+        let now = tokio::time::timeout(Duration::from_millis(500), try_kv_leases(&js, 4))
+            .await
+            .ok()?
+            .ok()?;
         let moved = now.len() == 4
             && now
                 .iter()
@@ -664,12 +737,12 @@ async fn leases_keep_working_on_a_three_node_cluster_when_the_bucket_leader_is_k
         "first renewal of every lease after killing the bucket leader {leader}: {:?}",
         t0.elapsed()
     );
-    let after = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
-    let (sa, sb) = (a.stats().await, b.stats().await);
+    let after = converged(&js, &[&a, &b, &c], 4, &[("a", 2), ("b", 1), ("c", 1)]).await;
+    let (sa, sb, sc) = (a.stats().await, b.stats().await, c.stats().await);
     assert_eq!(
-        (sa.revoked, sb.revoked),
-        (0, 0),
-        "no lease lost in the failover: {sa:?} {sb:?}"
+        (sa.revoked, sb.revoked, sc.revoked),
+        (0, 0, 0),
+        "no lease lost in the failover: {sa:?} {sb:?} {sc:?}"
     );
     for (k, (_, epoch, _)) in &revs_before {
         assert_eq!(
@@ -679,14 +752,12 @@ async fn leases_keep_working_on_a_three_node_cluster_when_the_bucket_leader_is_k
     }
     drop(renewed);
     checker.finish().await;
-    assert!(
-        a.errors().is_empty() && b.errors().is_empty(),
-        "{:?} {:?}",
-        a.errors(),
-        b.errors()
-    );
+    for w in [&a, &b, &c] {
+        assert!(w.errors().is_empty(), "{}: {:?}", w.id, w.errors());
+    }
     a.stop().await;
     b.stop().await;
+    c.stop().await;
     assert!(
         kv_leases(&js, 4).await.is_empty(),
         "released on the surviving nodes"

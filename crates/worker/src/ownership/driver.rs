@@ -62,6 +62,8 @@ pub(crate) struct Driver {
     /// taken again by this worker before the instant, so another worker gets a chance and a
     /// failing start does not spin.
     cooldown: BTreeMap<u32, Instant>,
+    /// When the first of the current run of failed renewals was sent.
+    failing_since: Option<Instant>,
 }
 
 fn lease_key(k: u32) -> String {
@@ -98,6 +100,7 @@ impl Driver {
             view: View::default(),
             host_gone: false,
             cooldown: BTreeMap::new(),
+            failing_since: None,
         }
     }
 
@@ -286,7 +289,9 @@ impl Driver {
         };
         let (results, member) = tokio::join!(results, member);
         let until = self.deadline(sent);
+        let mut failed = false;
         for (k, result) in results {
+            failed |= matches!(result, Err(WriteError::Other(_)));
             match result {
                 Ok(rev) => {
                     if let Some(h) = self.held.get_mut(&k) {
@@ -305,6 +310,16 @@ impl Driver {
                     tracing::warn!(worker = %me, partition = k, error = %e, "lease renewal failed; retrying next tick");
                 }
             }
+        }
+        failed |= matches!(member, Some(Err(WriteError::Other(_))));
+        match (failed, self.failing_since) {
+            (true, None) => self.failing_since = Some(sent),
+            (false, Some(since)) => {
+                self.failing_since = None;
+                tracing::info!(worker = %me, outage = ?sent.duration_since(since),
+                    "renewals succeed again");
+            }
+            _ => {}
         }
         match member {
             Some(Ok(rev)) => self.member_rev = Some(rev),
@@ -378,41 +393,61 @@ impl Driver {
 
     /// The host stopped the engine of `k` at `epoch`: revoke and delete.
     async fn release(&mut self, k: u32, epoch: u64) {
-        match self.held.get(&k) {
-            Some(h) if h.epoch == epoch => {}
-            _ => return,
+        if let Some(lease) = self.take_for_release(k, epoch) {
+            self.delete_released(vec![lease]).await;
         }
-        let Some(h) = self.held.remove(&k) else {
-            return;
-        };
+    }
+
+    /// Takes the lease on `k` at `epoch` out of the held ones and revokes its fence: (partition,
+    /// epoch, last revision). A stale epoch is ignored.
+    fn take_for_release(&mut self, k: u32, epoch: u64) -> Option<(u32, u64, u64)> {
+        if self.held.get(&k).map(|h| h.epoch) != Some(epoch) {
+            return None;
+        }
+        let h = self.held.remove(&k)?;
         h.fence.revoke();
         self.publish_owned();
         if !h.handing_off {
             self.cooldown
                 .insert(k, Instant::now() + self.r.cfg.lease_ttl);
         }
-        match self.bucket.delete_if(&lease_key(k), h.revision).await {
-            Ok(_) => {
-                self.shared.released.fetch_add(1, Ordering::Relaxed);
-                self.view.leases.remove(&k);
-                tracing::info!(worker = %self.me(), partition = k, epoch, "lease released");
-            }
-            Err(WriteError::Conflict) => {
-                self.shared.cas_conflicts.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(worker = %self.me(), partition = k, epoch, "lease already gone at release");
-            }
-            Err(WriteError::Other(e)) => {
-                tracing::warn!(worker = %self.me(), partition = k, epoch, error = %e, "release failed; the lease expires by itself");
+        Some((k, epoch, h.revision))
+    }
+
+    /// Deletes released leases (compare-and-set on their last revisions), all at once.
+    async fn delete_released(&mut self, leases: Vec<(u32, u64, u64)>) {
+        let bucket = &self.bucket;
+        let results =
+            futures::future::join_all(leases.into_iter().map(|(k, epoch, rev)| async move {
+                (k, epoch, bucket.delete_if(&lease_key(k), rev).await)
+            }))
+            .await;
+        for (k, epoch, result) in results {
+            match result {
+                Ok(_) => {
+                    self.shared.released.fetch_add(1, Ordering::Relaxed);
+                    self.view.leases.remove(&k);
+                    tracing::info!(worker = %self.me(), partition = k, epoch, "lease released");
+                }
+                Err(WriteError::Conflict) => {
+                    self.shared.cas_conflicts.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(worker = %self.me(), partition = k, epoch, "lease already gone at release");
+                }
+                Err(WriteError::Other(e)) => {
+                    tracing::warn!(worker = %self.me(), partition = k, epoch, error = %e, "release failed; the lease expires by itself");
+                }
             }
         }
     }
 
-    /// Clean stop: release every lease, delete the member key.
+    /// Clean stop: release every lease, then delete the member key.
     async fn leave(&mut self) {
         let held: Vec<(u32, u64)> = self.held.iter().map(|(k, h)| (*k, h.epoch)).collect();
-        for (k, epoch) in held {
-            self.release(k, epoch).await;
-        }
+        let leases: Vec<(u32, u64, u64)> = held
+            .into_iter()
+            .filter_map(|(k, epoch)| self.take_for_release(k, epoch))
+            .collect();
+        self.delete_released(leases).await;
         if let Some(rev) = self.member_rev.take() {
             let key = format!("w.{}", self.me());
             if let Err(e) = self.bucket.delete_if(&key, rev).await {

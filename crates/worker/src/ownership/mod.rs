@@ -319,7 +319,8 @@ impl Lease {
 }
 
 /// What the host must do. Changes of one partition come in order: `Acquired`, then `Revoked`
-/// or `HandOff` (after which the host calls [`OwnershipHandle::released`]) for the same epoch.
+/// or `HandOff` for the same epoch. After a `HandOff`, a `Revoked` of the same epoch may still
+/// come (the lease lapsed during the graceful stop: stop at once); `released` is then a no-op.
 #[derive(Debug, Clone)]
 pub enum Change {
     /// Start an engine for `lease.partition()` with `lease.fence()`.
