@@ -35,6 +35,8 @@
 //!     [`storage::Space::Done`] index, stream tombstones, what happens on redelivery).
 //!   - `store::seen` — which producer numbers a stream has seen, packed per 32 numbers
 //!     (one value per group, so a retained message keeps few keys).
+//!   - `store::checkpoint` — the whole store to one file and back (a leased partition's
+//!     checkpoint, uploaded by the worker).
 //!   - `store::attempts` — the durable note of an input applied alone, and the stops of the
 //!     process while applying it (poison detection, see the worker's consume loop).
 //!   - `store::tick`, `store::snapshot`, `store::txn` (a unit of work), `store::inner`
@@ -69,4 +71,4 @@ pub use config::{Config, Previews};
 pub use error::{BackendErrorKind, StoreError};
 pub use input::{Applied, Control, Input, InputKind, Origin, Seq};
 pub use outbox::{OutboxEntry, OutboxKind};
-pub use store::Store;
+pub use store::{CheckpointStats, Store};

@@ -24,6 +24,7 @@
 
 mod apply;
 mod attempts;
+mod checkpoint;
 mod close;
 mod dead_letter;
 mod inner;
@@ -35,6 +36,8 @@ mod seen;
 mod snapshot;
 mod tick;
 mod txn;
+
+pub use checkpoint::CheckpointStats;
 
 use crate::config::Config;
 use crate::error::StoreError;
