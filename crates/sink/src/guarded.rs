@@ -114,12 +114,13 @@ pub struct ScanError {
     pub reason: String,
 }
 
-/// The `Nats-Msg-Id`s of every message in `stream` (up to its last sequence when called)
-/// whose subject `keep` accepts.
+/// The `Nats-Msg-Id`s of every message in `stream` (up to its last sequence when called,
+/// stored at or after `since` when given) whose subject `keep` accepts.
 /// Read with an ordered consumer, so it never disturbs the stream's other consumers.
 pub async fn published_ids(
     js: &async_nats::jetstream::Context,
     stream: &str,
+    since: Option<async_nats::datetime::DateTime>,
     keep: impl Fn(&str) -> bool,
 ) -> Result<HashSet<String>, ScanError> {
     use async_nats::jetstream::consumer::pull::OrderedConfig;
@@ -141,26 +142,39 @@ pub async fn published_ids(
     if last == 0 {
         return Ok(ids);
     }
+    let deliver_policy = match since {
+        Some(start_time) => {
+            async_nats::jetstream::consumer::DeliverPolicy::ByStartTime { start_time }
+        }
+        None => async_nats::jetstream::consumer::DeliverPolicy::All,
+    };
     let consumer = handle
-        .create_consumer(OrderedConfig::default())
+        .create_consumer(OrderedConfig {
+            deliver_policy,
+            ..Default::default()
+        })
         .await
         .map_err(|e| fail(format!("ordered consumer: {e}")))?;
+    if consumer.cached_info().num_pending == 0 {
+        // nothing stored at or after `since`
+        return Ok(ids);
+    }
     let mut messages = consumer
         .messages()
         .await
         .map_err(|e| fail(format!("read: {e}")))?;
     while let Some(next) = messages.next().await {
         let message = next.map_err(|e| fail(format!("read: {e}")))?;
-        let seq = message
+        let (seq, pending) = message
             .info()
-            .map(|i| i.stream_sequence)
+            .map(|i| (i.stream_sequence, i.pending))
             .map_err(|e| fail(format!("message info: {e}")))?;
         if keep(message.subject.as_str()) {
             if let Some(id) = message.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")) {
                 ids.insert(id.as_str().to_string());
             }
         }
-        if seq >= last {
+        if seq >= last || pending == 0 {
             break;
         }
     }

@@ -148,6 +148,8 @@ impl Fleet {
                         LEASE_TTL,
                         "--worker-id",
                         &format!("w{i}"),
+                        "--checkpoint-interval",
+                        "2s",
                     ],
                 )
             })
@@ -382,7 +384,33 @@ fn takeovers(fleet: &Fleet, by: &[usize], moved: &BTreeSet<u32>, after_epoch: u6
             "partition {k} was taken over and rebuilt by one of {by:?}\n{}",
             fleet.logs()
         );
+        // from the earlier owner's checkpoint (taken every 2 s), not from the first input
+        let restored: Vec<String> = by
+            .iter()
+            .flat_map(|i| {
+                fleet.workers[*i]
+                    .log()
+                    .lines()
+                    .filter(|l| {
+                        l.contains("restored the partition's checkpoint")
+                            && l.contains(&format!("partition={k} "))
+                    })
+                    .map(|l| {
+                        format!(
+                            "w{i}: restored {}",
+                            l.split("checkpoint ").nth(1).unwrap_or(l).trim()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(
+            !restored.is_empty(),
+            "partition {k}'s new owner started from a checkpoint\n{}",
+            fleet.logs()
+        );
         lines.extend(found);
+        lines.extend(restored);
     }
     lines
 }

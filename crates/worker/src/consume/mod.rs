@@ -79,6 +79,9 @@ pub struct ConsumeLoop {
     /// was taken over (empty otherwise): an input dead letter among them is not published
     /// again by the rebuild.
     pub published: Arc<std::collections::HashSet<String>>,
+    /// A leased partition's checkpoints, written between batches when due
+    /// (`crate::run::checkpoint`); `None` for a static partition.
+    pub checkpoint: Option<crate::run::checkpoint::Writer>,
 }
 
 /// One item of a merged pull stream: a message or a stream status error, or `None` when one of
@@ -92,7 +95,8 @@ impl ConsumeLoop {
     /// Runs until `shutdown`, reading all `consumers` (one unpartitioned, two per partition)
     /// as one stream; finishes the batch in hand, then naks what was prefetched so it is
     /// redelivered at once to whoever consumes next.
-    pub async fn run(self, consumers: Vec<PullConsumer>, mut shutdown: Shutdown) {
+    pub async fn run(mut self, consumers: Vec<PullConsumer>, mut shutdown: Shutdown) {
+        let mut checkpoint = self.checkpoint.take();
         let mut tick = tokio::time::interval(self.config.tick_interval.get());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut messages: Option<Merged> = None;
@@ -113,7 +117,12 @@ impl ConsumeLoop {
                 biased;
                 _ = shutdown.wait() => break,
                 flushed = pipeline.flush_done() => self.flushed(&mut pipeline, flushed).await,
-                _ = tick.tick() => self.tick().await,
+                _ = tick.tick() => {
+                    self.tick().await;
+                    if let Some(writer) = checkpoint.as_mut().filter(|w| w.due()) {
+                        writer.take(&self.store).await;
+                    }
+                }
                 next = stream.next() => match next {
                     Some(Some(Ok(first))) => {
                         let mut batch = vec![first];

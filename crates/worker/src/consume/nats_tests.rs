@@ -77,6 +77,7 @@ where
         store_failures: Default::default(),
         guard: None,
         published: Default::default(),
+        checkpoint: None,
     };
     let (stop, shutdown) = shutdown::channel();
     let task = tokio::spawn(consume.run(consumers, shutdown));

@@ -67,6 +67,10 @@ pub struct RunArgs {
     /// [default: $HOSTNAME, process id and a random suffix].
     #[arg(long, env = "TOOLSTREAM_WORKER_ID", value_name = "ID")]
     pub worker_id: Option<String>,
+    /// With --assignment leases: how often each owned partition is checkpointed to NATS, about
+    /// the most input a takeover reads again [default: 60s].
+    #[arg(long, env = "TOOLSTREAM_CHECKPOINT_INTERVAL", value_name = "DURATION")]
+    pub checkpoint_interval: Option<HumanDuration>,
     /// Messages per batch, one sled flush per batch [default: 256].
     #[arg(long, env = "TOOLSTREAM_BATCH_SIZE", value_name = "N")]
     pub batch_size: Option<usize>,
@@ -151,6 +155,10 @@ impl RunArgs {
         set(&mut c.consumer.partitions, self.partitions);
         set(&mut c.consumer.partition, self.partition);
         set(&mut c.consumer.assignment, self.assignment);
+        set(
+            &mut c.consumer.checkpoint_interval,
+            self.checkpoint_interval,
+        );
         set(&mut c.ownership.lease_ttl, self.lease_ttl.map(|d| d.get()));
         if self.worker_id.is_some() {
             c.ownership.worker_id = self.worker_id;

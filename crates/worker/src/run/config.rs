@@ -268,6 +268,10 @@ pub struct ConsumerConfig {
     /// `static` (default): this worker owns `partition`; `leases`: workers share the
     /// partitions through leases (see [`Assignment`]).
     pub assignment: Assignment,
+    /// With `assignment = "leases"`: how often each owned partition's store is checkpointed to
+    /// the `TOOLSTREAM_CHECKPOINTS` object store bucket, so a new owner reads about this much
+    /// input instead of the partition's whole history (default `60s`).
+    pub checkpoint_interval: HumanDuration,
     /// Most messages applied per batch, with one sled flush per batch (default 256).
     pub batch_size: usize,
     /// How long one pull request waits on the server for messages (default `5s`).
@@ -345,6 +349,7 @@ impl Default for ConsumerConfig {
             partitions: 1,
             partition: 0,
             assignment: Assignment::Static,
+            checkpoint_interval: secs(60),
             batch_size: 256,
             fetch_expiry: secs(5),
             max_deliver: 5,

@@ -17,6 +17,7 @@
 //!   duplicate window;
 //! - acks nothing once the lease no longer holds (`ConsumeLoop::guard`).
 
+use super::checkpoint::{self, Checkpoints, Taken};
 use super::shutdown::{self, Shutdown, Trigger};
 use super::{failpoints, FINAL_WAIT};
 use crate::consume::watermark::Watermark;
@@ -27,7 +28,8 @@ use crate::serve::http::{Health, StoreGauges};
 use crate::serve::metrics::Metrics;
 use anyhow::Context as _;
 use assembler::Store;
-use async_nats::jetstream::{self, consumer::PullConsumer};
+use async_nats::jetstream::consumer::{DeliverPolicy, PullConsumer};
+use async_nats::jetstream::{self};
 use chunk_model::wire::Subjects;
 use sink::guarded::{Guard, Guarded};
 use sink::jetstream::JetStream;
@@ -36,6 +38,7 @@ use sink::relay::{Drained, Relay, RelayTask};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -59,8 +62,9 @@ pub(crate) struct LeaseTerms {
     pub guard: Arc<dyn Guard>,
 }
 
-/// A leased engine's guard and the ids already published when its lease was acquired.
-type Fencing = (Arc<dyn Guard>, Arc<HashSet<String>>);
+/// A leased engine's guard, the ids already published when its lease was acquired, and its
+/// checkpoint writer.
+type Fencing = (Arc<dyn Guard>, Arc<HashSet<String>>, checkpoint::Writer);
 
 /// How an engine stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,8 +111,8 @@ impl Engine {
         .await
     }
 
-    /// The engine of partition `partition` under `lease`: an empty store rebuilt from the
-    /// input stream (see the module docs).
+    /// The engine of partition `partition` under `lease`: its last checkpoint (or an empty
+    /// store) plus the input stream after it (see the module docs).
     pub async fn start_leased(
         shared: &Shared,
         partition: u32,
@@ -118,8 +122,13 @@ impl Engine {
         let config = &shared.config;
         let partitions = config.consumer.partitions;
         let store_dir = leased_store_dir(config, partition);
+        let file = config
+            .data_dir
+            .join(format!("leased-{partition}.checkpoint"));
         discard(&store_dir).await?;
-        let store = open_store(config, &store_dir).await?;
+        crate::run::private_dir::ensure_private(&config.data_dir)?;
+        let checkpoints = Arc::new(Checkpoints::new(shared.js.clone(), config.streams.replicas));
+        let (store, restored) = restore(config, &checkpoints, partition, &file, &store_dir).await?;
 
         let input = shared
             .js
@@ -136,7 +145,13 @@ impl Engine {
         .await?;
         let mut consumers = Vec::new();
         for (name, filter) in leased_consumers(config, &shared.subjects, partition, lease.epoch) {
-            let want = provision::desired_consumer(config, &name, &filter);
+            let mut want = provision::desired_consumer(config, &name, &filter);
+            // after the checkpoint's floor of this filter, else from the first input
+            if let Some(floor) = restored.as_ref().and_then(|t| t.floors.get(&filter)) {
+                want.deliver_policy = DeliverPolicy::ByStartSequence {
+                    start_sequence: floor.saturating_add(1),
+                };
+            }
             let consumer = input
                 .get_or_create_consumer(&name, want)
                 .await
@@ -147,7 +162,9 @@ impl Engine {
         // What the partition's earlier owners published: confirmed, not published again.
         // Events and dead letters go to `<prefix>.<kind>.<conv>.<msg>`; the input dead letters
         // of `<prefix>.dlq.unroutable` are kept whatever their partition (their ids are
-        // input stream sequences, unique across partitions).
+        // input stream sequences, unique across partitions). After a checkpoint, only what was
+        // published since it was taken, less the duplicate window (a row published just
+        // before may still have been in its outbox), can come again.
         let unroutable = shared.subjects.dlq_unroutable();
         let keep = |subject: &str| {
             subject == unroutable
@@ -155,19 +172,33 @@ impl Engine {
                     Subjects::partition_of(partitions, conversation) == partition
                 })
         };
+        let since = restored.as_ref().and_then(|t| {
+            let back = config.streams.duplicate_window.get() + Duration::from_secs(60);
+            let ms = i128::from(t.taken_at_ms) - back.as_millis() as i128;
+            async_nats::datetime::from_nanos(ms.max(0) * 1_000_000).ok()
+        });
         let mut published: HashSet<String> =
-            sink::guarded::published_ids(&shared.js, &config.streams.events, keep).await?;
-        published
-            .extend(sink::guarded::published_ids(&shared.js, &config.streams.dlq, keep).await?);
+            sink::guarded::published_ids(&shared.js, &config.streams.events, since, keep).await?;
+        published.extend(
+            sink::guarded::published_ids(&shared.js, &config.streams.dlq, since, keep).await?,
+        );
         let published = Arc::new(published);
         tracing::info!(
             partition,
             epoch = lease.epoch,
             already_published = published.len(),
+            from_checkpoint = restored.is_some(),
             "rebuilding the partition from the input stream"
         );
+        let backlog_end = input
+            .clone()
+            .info()
+            .await
+            .map(|i| i.state.last_sequence)
+            .unwrap_or(0);
         tokio::spawn(report_caught_up(
             consumers.clone(),
+            backlog_end,
             partition,
             lease.epoch,
             Arc::clone(&lease.guard),
@@ -177,10 +208,21 @@ impl Engine {
             Arc::clone(&lease.guard),
             Arc::clone(&published),
         );
+        let writer = checkpoint::Writer {
+            checkpoints,
+            partition,
+            epoch: lease.epoch,
+            interval: config.consumer.checkpoint_interval.get(),
+            file,
+            consumers: consumers.clone(),
+            guard: Arc::clone(&lease.guard),
+            last: tokio::time::Instant::now(),
+            uploading: None,
+        };
         Engine::launch(
             shared,
             partition,
-            Some((lease.guard, published)),
+            Some((lease.guard, published, writer)),
             store,
             consumers,
             publisher,
@@ -282,9 +324,18 @@ impl Engine {
             store_failures: Default::default(),
             published: fencing
                 .as_ref()
-                .map(|(_, p)| Arc::clone(p))
+                .map(|(_, p, _)| Arc::clone(p))
                 .unwrap_or_default(),
-            guard: fencing.map(|(g, _)| g),
+            checkpoint: None,
+            guard: None,
+        };
+        let consume = match fencing {
+            Some((guard, _, writer)) => ConsumeLoop {
+                guard: Some(guard),
+                checkpoint: Some(writer),
+                ..consume
+            },
+            None => consume,
         };
         let consume = tokio::spawn(consume.run(consumers, engine_shutdown));
         Ok(Engine {
@@ -397,6 +448,55 @@ pub(crate) async fn open_store(config: &Config, dir: &Path) -> anyhow::Result<Ar
     Ok(Arc::new(store))
 }
 
+/// A leased partition's store: imported from its last checkpoint in NATS when there is one
+/// (and it reads back whole), else empty. Returns what the checkpoint said about itself.
+async fn restore(
+    config: &Config,
+    checkpoints: &Checkpoints,
+    partition: u32,
+    file: &Path,
+    store_dir: &Path,
+) -> anyhow::Result<(Arc<Store>, Option<Taken>)> {
+    let taken = match checkpoints.load(partition, file).await {
+        Ok(taken) => taken,
+        Err(e) => {
+            tracing::warn!(partition, error = %format!("{e:#}"), "checkpoint not readable; rebuilding from the first input");
+            None
+        }
+    };
+    if let Some(taken) = taken {
+        crate::run::private_dir::ensure_private(store_dir)?;
+        let imported = {
+            let (file, dir, cfg) = (
+                file.to_path_buf(),
+                store_dir.to_path_buf(),
+                config.assembler.clone(),
+            );
+            tokio::task::spawn_blocking(move || Store::import_checkpoint(&file, &dir, cfg)).await
+        };
+        let _ = tokio::fs::remove_file(file).await;
+        match imported {
+            Ok(Ok((store, stats))) => {
+                tracing::info!(
+                    partition,
+                    checkpoint_epoch = taken.epoch,
+                    pairs = stats.pairs,
+                    bytes = stats.bytes,
+                    floors = ?taken.floors,
+                    "restored the partition's checkpoint"
+                );
+                return Ok((Arc::new(store), Some(taken)));
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(partition, error = %e, "checkpoint not imported; rebuilding from the first input")
+            }
+            Err(e) => tracing::warn!(partition, error = %e, "checkpoint import failed"),
+        }
+        discard(store_dir).await?;
+    }
+    Ok((open_store(config, store_dir).await?, None))
+}
+
 /// The store of a leased partition: `<data_dir>/leased-<k>`, apart from the static layout so
 /// that switching modes never rebuilds over a store that still holds unpublished events.
 pub(crate) fn leased_store_dir(config: &Config, partition: u32) -> PathBuf {
@@ -478,10 +578,12 @@ async fn delete_other_epochs(
 }
 
 /// Logs once when a rebuilt partition's consumers have delivered everything the input stream
-/// held (`partition caught up`, with the time since the lease was acquired and the inputs
-/// read): how long a takeover took. Gives up quietly when the lease goes.
+/// held when the lease was acquired, up to `backlog_end` (`partition caught up`, with the time
+/// since the lease was acquired and the inputs read): how long a takeover took. Gives up
+/// quietly when the lease goes.
 async fn report_caught_up(
     consumers: Vec<PullConsumer>,
+    backlog_end: u64,
     partition: u32,
     epoch: u64,
     guard: Arc<dyn Guard>,
@@ -492,19 +594,20 @@ async fn report_caught_up(
         if !guard.is_valid() {
             return;
         }
-        let mut pending = 0u64;
+        let mut behind = false;
         let mut delivered = 0u64;
         for consumer in &consumers {
             let mut consumer = consumer.clone();
             match consumer.info().await {
                 Ok(info) => {
-                    pending += info.num_pending;
+                    // past the backlog's end, or nothing left at all
+                    behind |= info.num_pending > 0 && info.delivered.stream_sequence < backlog_end;
                     delivered += info.delivered.consumer_sequence;
                 }
-                Err(_) => pending += 1,
+                Err(_) => behind = true,
             }
         }
-        if pending == 0 {
+        if !behind {
             tracing::info!(
                 partition,
                 epoch,

@@ -13,6 +13,7 @@
 //! `failpoints` only), `ready` (provisioning retried until the server is ready).
 
 pub(crate) mod args;
+pub(crate) mod checkpoint;
 pub(crate) mod config;
 pub(crate) mod duration;
 pub(crate) mod engine;
