@@ -76,6 +76,10 @@ impl Worker {
             .connect(urls.to_vec())
             .await
             .expect("connect");
+        Worker::start_on(client, cfg, partitions).await
+    }
+
+    async fn start_on(client: async_nats::Client, cfg: OwnershipConfig, partitions: u32) -> Worker {
         let js = jetstream::new(client);
         let id = cfg.worker_id.clone().expect("tests name their workers");
         let (handle, mut changes) = ownership::start(js, cfg, partitions)
@@ -762,4 +766,143 @@ async fn leases_keep_working_on_a_three_node_cluster_when_the_bucket_leader_is_k
         kv_leases(&js, 4).await.is_empty(),
         "released on the surviving nodes"
     );
+}
+
+/// A worker user allowed exactly what the module documents (`ownership` module docs, "NATS
+/// permissions"), with its own inbox prefix; `drop_grant` leaves one grant out.
+fn permissions_conf(drop_grant: Option<&str>) -> String {
+    let publish = [
+        "$JS.API.STREAM.INFO.KV_TOOLSTREAM_LEASES",
+        "$JS.API.STREAM.CREATE.KV_TOOLSTREAM_LEASES",
+        "$JS.API.STREAM.MSG.GET.KV_TOOLSTREAM_LEASES",
+        "$KV.TOOLSTREAM_LEASES.>",
+    ];
+    let subscribe = ["_INBOX_lease.>", "$KV.TOOLSTREAM_LEASES.>"];
+    let list = |grants: &[&str], kind: &str| {
+        grants
+            .iter()
+            .filter(|g| drop_grant != Some(&format!("{kind} {g}")))
+            .map(|g| format!("\"{g}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "authorization {{\n  users = [\n    {{ user: \"admin\", password: \"admin\" }}\n    \
+         {{ user: \"w\", password: \"pw\", permissions: {{ \
+         publish: {{ allow: [{}] }}, subscribe: {{ allow: [{}] }} }} }}\n  ]\n}}\n",
+        list(&publish, "publish"),
+        list(&subscribe, "subscribe"),
+    )
+}
+
+/// Connects as the worker user, recording every error the server sends (refusals).
+async fn login(url: &str) -> (async_nats::Client, Arc<Mutex<Vec<String>>>) {
+    let refusals = Arc::new(Mutex::new(Vec::new()));
+    let seen = refusals.clone();
+    let client = async_nats::ConnectOptions::with_user_and_password("w".into(), "pw".into())
+        .custom_inbox_prefix("_INBOX_lease")
+        .event_callback(move |event| {
+            let seen = seen.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = event {
+                    seen.lock().unwrap().push(e.to_string());
+                }
+            }
+        })
+        .connect(url)
+        .await
+        .expect("connect as the worker user");
+    (client, refusals)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_permissions_are_all_the_module_needs_and_each_is_needed() {
+    logs();
+    let ttl = Duration::from_secs(2);
+    {
+        let server = NatsServer::start_with_config(&permissions_conf(None)).expect("nats-server");
+        let admin =
+            async_nats::ConnectOptions::with_user_and_password("admin".into(), "admin".into())
+                .connect(server.url())
+                .await
+                .expect("connect as admin");
+        let js = jetstream::new(admin);
+        // Two workers, so creating the bucket, finding it, listing members, reading, creating,
+        // renewing, handing off, releasing and leaving all happen under the restricted user.
+        let (ca, refused_a) = login(&server.url()).await;
+        let a = Worker::start_on(ca, config("a", ttl, 1), 4).await;
+        converged(&js, &[&a], 4, &[("a", &[0, 1, 2, 3])]).await;
+        let (cb, refused_b) = login(&server.url()).await;
+        let b = Worker::start_on(cb, config("b", ttl, 1), 4).await;
+        converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+        tokio::time::sleep(ttl).await;
+        b.stop().await;
+        converged(&js, &[&a], 4, &[("a", &[0, 1, 2, 3])]).await;
+        a.stop().await;
+        assert!(kv_leases(&js, 4).await.is_empty() && kv_members(&js).await.is_empty());
+        let refused: Vec<String> = [refused_a, refused_b]
+            .iter()
+            .flat_map(|r| r.lock().unwrap().clone())
+            .collect();
+        assert!(refused.is_empty(), "the server refused: {refused:?}");
+    }
+    // Each grant is needed: without it the server refuses the request naming it.
+    for grant in [
+        "publish $JS.API.STREAM.INFO.KV_TOOLSTREAM_LEASES",
+        "publish $JS.API.STREAM.CREATE.KV_TOOLSTREAM_LEASES",
+        "publish $JS.API.STREAM.MSG.GET.KV_TOOLSTREAM_LEASES",
+        "publish $KV.TOOLSTREAM_LEASES.>",
+        "subscribe $KV.TOOLSTREAM_LEASES.>",
+    ] {
+        let server =
+            NatsServer::start_with_config(&permissions_conf(Some(grant))).expect("nats-server");
+        if grant.contains("STREAM.CREATE") {
+            // The bucket exists only if someone created it; the grant under test is the create.
+        } else {
+            let admin =
+                async_nats::ConnectOptions::with_user_and_password("admin".into(), "admin".into())
+                    .connect(server.url())
+                    .await
+                    .expect("connect as admin");
+            let js = jetstream::new(admin);
+            ownership::start(js, config("admin", ttl, 1), 2)
+                .await
+                .expect("admin creates the bucket")
+                .0
+                .shutdown()
+                .await;
+        }
+        let (c, refused) = login(&server.url()).await;
+        let started = tokio::time::timeout(
+            WAIT,
+            ownership::start(jetstream::new(c), config("a", ttl, 1), 2),
+        )
+        .await;
+        let subject = grant
+            .split_once(' ')
+            .map(|(_, s)| s.to_lowercase())
+            .unwrap();
+        // A refused publish names the concrete subject; a refused subscription the pattern.
+        let needle = match subject.strip_suffix('>') {
+            Some(prefix) if grant.starts_with("publish") => format!("\"{prefix}"),
+            _ => format!("\"{subject}\""),
+        };
+        let needle = &needle;
+        eventually_async(WAIT, || async {
+            refused.lock().unwrap().iter().any(|e| {
+                let e = e.to_lowercase();
+                e.contains("permissions violation") && e.contains(needle)
+            })
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "without {grant}: no refusal seen: {:?}",
+                refused.lock().unwrap()
+            )
+        });
+        if let Ok(Ok((handle, _changes))) = started {
+            drop(handle);
+        }
+    }
 }
