@@ -253,6 +253,17 @@ mod tests {
             let err = cli.args.resolve().unwrap_err().to_string();
             assert!(err.contains(field) && err.contains(why), "{flags:?}: {err}");
         }
+        // lease settings are checked only when leases are used
+        for (flags, field) in [
+            (["--lease-ttl", "100ms"], "ownership.lease_ttl"),
+            (["--checkpoint-interval", "10ms"], "consumer.checkpoint_interval"),
+        ] {
+            let leased = Cli::parse_from(["x", "--assignment", "leases", flags[0], flags[1]]);
+            let err = leased.args.resolve().unwrap_err().to_string();
+            assert!(err.contains(field), "{flags:?}: {err}");
+            let fixed = Cli::parse_from(["x", flags[0], flags[1]]);
+            assert!(fixed.args.resolve().is_ok(), "{flags:?} without leases");
+        }
         for ok in [
             ["--gap-timeout-ms", "0"],
             ["--idle-timeout-ms", "1"],

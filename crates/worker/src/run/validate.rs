@@ -24,6 +24,18 @@ impl Config {
         if c.batch_size == 0 {
             bail!("consumer.batch_size must be at least 1");
         }
+        if c.assignment == super::config::Assignment::Leases {
+            self.ownership
+                .validate()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if c.checkpoint_interval.get() < Duration::from_secs(1) {
+                bail!(
+                    "consumer.checkpoint_interval ({:?}) must be at least 1s: each checkpoint \
+                     writes the partition's whole store",
+                    c.checkpoint_interval.get()
+                );
+            }
+        }
         // The relay publishes each event with Nats-Msg-Id = event_id and deletes its row after
         // the PubAck; a PubAck lost to a timeout, a reconnect or a crash means the same event is
         // published again, and only the events stream's duplicate window drops that copy.
