@@ -906,3 +906,77 @@ async fn the_documented_permissions_are_all_the_module_needs_and_each_is_needed(
         }
     }
 }
+
+/// Writes `value` to `p.<k>` over whatever revision it has now (retrying when the owner's
+/// renewal got in between): a late renewal of the owner itself, or an intruder.
+async fn overwrite_lease(js: &jetstream::Context, k: u32, value: serde_json::Value) -> u64 {
+    for _ in 0..50 {
+        let (_, _, rev) = kv_leases(js, k + 1).await[&k].clone();
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence",
+            rev.to_string().as_str(),
+        );
+        let ack = js
+            .publish_with_headers(
+                format!("$KV.{BUCKET}.p.{k}"),
+                headers,
+                serde_json::to_vec(&value).unwrap().into(),
+            )
+            .await
+            .expect("publish");
+        if let Ok(ack) = ack.await {
+            return ack.sequence;
+        }
+    }
+    panic!("could not overwrite p.{k}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_stored_after_it_timed_out_keeps_the_lease_and_a_foreign_write_revokes_it() {
+    logs();
+    let server = NatsServer::start().expect("nats-server");
+    let js = client_js(&server.url()).await;
+    let ttl = Duration::from_secs(2);
+    let a = Worker::start(&[server.url()], config("a", ttl, 1), 2).await;
+    let before = converged(&js, &[&a], 2, &[("a", &[0, 1])]).await;
+    let (epoch0, epoch1) = (before[&0].1, before[&1].1);
+
+    // What a renewal that timed out on our side but was stored later looks like: the key at a
+    // revision the owner does not know, holding its own worker and epoch.
+    let late = overwrite_lease(
+        &js,
+        0,
+        serde_json::json!({"worker": "a", "epoch": epoch0, "acquired_at": 1}),
+    )
+    .await;
+    eventually_async(WAIT, || async {
+        let kv = kv_leases(&js, 2).await;
+        kv.get(&0).is_some_and(|l| l.2 > late).then_some(())
+    })
+    .await
+    .expect("the owner renews on from the late revision");
+    let stats = a.stats().await;
+    assert!(
+        stats.cas_conflicts >= 1,
+        "its renewal on the old revision was refused: {stats:?}"
+    );
+    assert_eq!(stats.revoked, 0, "and it kept the lease: {stats:?}");
+    assert_eq!(a.held().get(&0), Some(&epoch0));
+
+    // Someone else's value (not our epoch) in the key: the lease is gone.
+    let fence1 = a.fences().into_iter().find(|f| f.partition() == 1).unwrap();
+    overwrite_lease(
+        &js,
+        1,
+        serde_json::json!({"worker": "x", "epoch": epoch1 + 1000, "acquired_at": 1}),
+    )
+    .await;
+    eventually_async(WAIT, || async { !a.held().contains_key(&1) })
+        .await
+        .expect("revoked");
+    assert!(!fence1.is_valid());
+    assert_eq!(a.stats().await.revoked, 1);
+    assert!(a.errors().is_empty(), "{:?}", a.errors());
+    a.stop().await;
+}

@@ -301,10 +301,7 @@ impl Driver {
                 }
                 Err(WriteError::Conflict) => {
                     self.shared.cas_conflicts.fetch_add(1, Ordering::Relaxed);
-                    self.lose(
-                        k,
-                        "renewal refused: the key has another revision (expired, and maybe taken)",
-                    );
+                    self.renewal_refused(k).await;
                 }
                 Err(WriteError::Other(e)) => {
                     tracing::warn!(worker = %me, partition = k, error = %e, "lease renewal failed; retrying next tick");
@@ -332,6 +329,43 @@ impl Driver {
             }
             Some(Err(WriteError::Other(e))) => {
                 tracing::warn!(worker = %me, error = %e, "member renewal failed; retrying next tick");
+            }
+        }
+    }
+
+    /// A renewal of `k` was refused. Either the key moved on (expired, maybe taken: the lease
+    /// is lost), or an earlier renewal we gave up on (timed out) was stored after all: then
+    /// the key still holds our worker and epoch, nobody else wrote in between (a new owner
+    /// writes its own epoch), and we continue from its revision. The fence is not extended
+    /// for that write (we do not know when it was stored); the next renewal extends it.
+    async fn renewal_refused(&mut self, k: u32) {
+        let Some(epoch) = self.held.get(&k).map(|h| h.epoch) else {
+            return;
+        };
+        match self.bucket.last(&lease_key(k)).await {
+            Ok(Some(Entry {
+                revision,
+                value: Some(value),
+            })) => {
+                let ours = serde_json::from_slice::<LeaseValue>(&value)
+                    .is_ok_and(|v| v.worker == self.me() && v.epoch == Some(epoch));
+                if ours {
+                    if let Some(h) = self.held.get_mut(&k) {
+                        tracing::info!(worker = %self.r.worker_id, partition = k, epoch, revision,
+                            "a renewal given up on was stored after all; continuing from it");
+                        h.revision = revision;
+                    }
+                    return;
+                }
+                self.lose(k, "renewal refused: another owner holds the key");
+            }
+            Ok(_) => {
+                self.lose(k, "renewal refused: the key expired");
+            }
+            Err(e) => {
+                // Cannot tell: keep it; the fence lapses by itself if this goes on.
+                tracing::warn!(worker = %self.r.worker_id, partition = k, error = %e,
+                    "renewal refused and the key unreadable; retrying next tick");
             }
         }
     }
