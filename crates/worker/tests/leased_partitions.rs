@@ -449,6 +449,23 @@ async fn a_sigkilled_worker_s_partitions_are_finished_by_the_others_exactly_once
         "takeovers of {moved:?}: {:#?}",
         takeovers(&fleet, &[0, 2], &moved, newest)
     );
+    // /metrics: the two survivors own every partition; a takeover started from a checkpoint
+    let metric = |i: usize, name: &str| -> u64 {
+        fleet.workers[i]
+            .metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        metric(0, "toolstream_owned_partitions ") + metric(2, "toolstream_owned_partitions "),
+        u64::from(PARTITIONS)
+    );
+    assert!(
+        metric(0, "toolstream_takeovers_total{from=\"checkpoint\"} ")
+            + metric(2, "toolstream_takeovers_total{from=\"checkpoint\"} ")
+            >= 1
+    );
     // every event was published under a lease
     let events = owners_in_stream(&fleet.nats).await;
     assert!(

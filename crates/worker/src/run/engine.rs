@@ -80,6 +80,10 @@ pub(crate) enum Stop {
 /// A running engine.
 pub(crate) struct Engine {
     pub partition: u32,
+    /// The lease epoch it runs under (0 for a static partition).
+    pub epoch: u64,
+    /// Whether it started from a checkpoint (leased only).
+    pub from_checkpoint: bool,
     store: Arc<Store>,
     stop: Trigger,
     relay_stop: Trigger,
@@ -219,7 +223,8 @@ impl Engine {
             last: tokio::time::Instant::now(),
             uploading: None,
         };
-        Engine::launch(
+        let epoch = lease.epoch;
+        let mut engine = Engine::launch(
             shared,
             partition,
             Some((lease.guard, published, writer)),
@@ -228,7 +233,10 @@ impl Engine {
             publisher,
             global,
         )
-        .await
+        .await?;
+        engine.epoch = epoch;
+        engine.from_checkpoint = restored.is_some();
+        Ok(engine)
     }
 
     async fn launch<P: Publisher>(
@@ -340,6 +348,8 @@ impl Engine {
         let consume = tokio::spawn(consume.run(consumers, engine_shutdown));
         Ok(Engine {
             partition,
+            epoch: 0,
+            from_checkpoint: false,
             store,
             stop,
             relay_stop,

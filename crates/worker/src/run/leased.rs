@@ -6,8 +6,10 @@
 use super::engine::{Engine, LeaseTerms, Running, Shared, Stop};
 use super::shutdown::{Shutdown, Trigger};
 use crate::ownership::{self, Change, Fence};
+use crate::serve::metrics::Metrics;
 use sink::guarded::Guard;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +48,12 @@ pub(super) async fn run(
             .await
             .map_err(|e| anyhow::anyhow!("partition ownership: {e}"))?;
     let worker = handle.worker_id().to_string();
+    let metrics = &shared.metrics.leases;
+    metrics.enabled.store(true, Ordering::Relaxed);
+    let owned = |engines: &BTreeMap<u32, Engine>| {
+        let mut map = metrics.owned.lock().unwrap_or_else(|p| p.into_inner());
+        *map = engines.iter().map(|(k, e)| (*k, e.epoch)).collect();
+    };
     tracing::info!(
         worker = %worker,
         partitions = config.consumer.partitions,
@@ -68,6 +76,7 @@ pub(super) async fn run(
                 for partition in ended {
                     if let Some(engine) = engines.remove(&partition) {
                         running.remove(partition);
+                        owned(&engines);
                         tracing::warn!(partition, "the partition's consume loop ended; engine stopped");
                         let (ok, _) = engine.stop(Stop::Revoked).await;
                         clean &= ok;
@@ -95,8 +104,11 @@ pub(super) async fn run(
                     match Engine::start_leased(shared, partition, LeaseTerms { epoch, guard }, shutdown).await {
                         Ok(engine) => {
                             tracing::info!(partition, epoch, "partition acquired; engine started");
+                            Metrics::add(&metrics.acquired, 1);
+                            Metrics::add(if engine.from_checkpoint { &metrics.from_checkpoint } else { &metrics.from_start }, 1);
                             running.add(&engine);
                             engines.insert(partition, engine);
+                            owned(&engines);
                         }
                         Err(e) => {
                             // Give the lease back so this or another worker tries again.
@@ -106,15 +118,19 @@ pub(super) async fn run(
                     }
                 }
                 Some(Change::Revoked { partition, epoch }) => {
+                    Metrics::add(&metrics.revoked, 1);
                     if let Some(engine) = engines.remove(&partition) {
                         running.remove(partition);
+                        owned(&engines);
                         tracing::warn!(partition, epoch, "lease lost; engine stopped without acking or publishing more");
                         let _ = engine.stop(Stop::Revoked).await;
                     }
                 }
                 Some(Change::HandOff { partition, epoch }) => {
+                    Metrics::add(&metrics.handed_off, 1);
                     if let Some(engine) = engines.remove(&partition) {
                         running.remove(partition);
+                        owned(&engines);
                         let (ok, drained) = engine.stop(Stop::Graceful).await;
                         clean &= ok;
                         tracing::info!(partition, epoch, ?drained, "partition handed off");
@@ -128,6 +144,7 @@ pub(super) async fn run(
     // workers take the partitions over at once instead of after the lease TTL.
     for (partition, engine) in std::mem::take(&mut engines) {
         running.remove(partition);
+        owned(&engines);
         let (ok, drained) = engine.stop(Stop::Graceful).await;
         clean &= ok;
         tracing::info!(partition, ?drained, "engine stopped");

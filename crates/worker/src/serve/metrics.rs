@@ -82,6 +82,90 @@ pub struct Metrics {
     pub batch_flush: Histogram,
     /// The UI event streams (`GET /v1/conversations/{conv}/events`).
     pub ui_streams: UiStreamMetrics,
+    /// Partitions held through leases (`consumer.assignment = "leases"` only).
+    pub leases: LeaseMetrics,
+}
+
+/// Partitions held through leases (`crate::run::leased`): shown on `/metrics` once the worker
+/// runs with leases.
+#[derive(Debug, Default)]
+pub struct LeaseMetrics {
+    /// Set when the worker shares partitions through leases.
+    pub enabled: std::sync::atomic::AtomicBool,
+    /// The epoch of each partition this worker runs an engine for now.
+    pub owned: std::sync::Mutex<std::collections::BTreeMap<u32, u64>>,
+    /// Leases acquired (`toolstream_leases_acquired_total`).
+    pub acquired: AtomicU64,
+    /// Leases lost (`toolstream_leases_revoked_total`): expired, refused, or the engine's lease
+    /// no longer held.
+    pub revoked: AtomicU64,
+    /// Partitions handed off to a worker that joined (`toolstream_leases_handed_off_total`).
+    pub handed_off: AtomicU64,
+    /// Takeovers that started from a checkpoint (`toolstream_takeovers_total{from="checkpoint"}`)
+    /// and from the first input (`{from="start"}`).
+    pub from_checkpoint: AtomicU64,
+    /// See `from_checkpoint`.
+    pub from_start: AtomicU64,
+}
+
+impl LeaseMetrics {
+    fn render_into(&self, out: &mut String) {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return;
+        }
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let owned = self.owned.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        write_header(
+            out,
+            "toolstream_owned_partitions",
+            "Partitions this worker runs an engine for under a lease.",
+            "gauge",
+        );
+        out.push_str(&format!("toolstream_owned_partitions {}\n", owned.len()));
+        write_header(
+            out,
+            "toolstream_lease_epoch",
+            "The lease epoch of each partition this worker owns.",
+            "gauge",
+        );
+        for (partition, epoch) in &owned {
+            out.push_str(&format!(
+                "toolstream_lease_epoch{{partition=\"{partition}\"}} {epoch}\n"
+            ));
+        }
+        for (name, help, value) in [
+            (
+                "toolstream_leases_acquired_total",
+                "Partition leases acquired.",
+                load(&self.acquired),
+            ),
+            (
+                "toolstream_leases_revoked_total",
+                "Partition leases lost (expired, refused, or no longer held by the engine).",
+                load(&self.revoked),
+            ),
+            (
+                "toolstream_leases_handed_off_total",
+                "Partitions handed off gracefully to a worker that joined.",
+                load(&self.handed_off),
+            ),
+        ] {
+            write_header(out, name, help, "counter");
+            out.push_str(&format!("{name} {value}\n"));
+        }
+        write_header(
+            out,
+            "toolstream_takeovers_total",
+            "Partitions started under a new lease: from a checkpoint, or from the first input.",
+            "counter",
+        );
+        out.push_str(&format!(
+            "toolstream_takeovers_total{{from=\"checkpoint\"}} {}\n\
+             toolstream_takeovers_total{{from=\"start\"}} {}\n",
+            load(&self.from_checkpoint),
+            load(&self.from_start)
+        ));
+    }
 }
 
 /// The UI event streams of the HTTP API (`crate::serve::ui`): how many are open, and how
@@ -261,6 +345,7 @@ impl Metrics {
             "Time of one store flush (group commit: it covers every batch applied before it began).",
         );
         self.ui_streams.render_into(&mut out);
+        self.leases.render_into(&mut out);
         out
     }
 }
