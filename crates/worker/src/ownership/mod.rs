@@ -25,7 +25,10 @@
 //!   a stream sequence, so epochs only grow per partition across owners (Kafka's leader epoch).
 //! - **Renew** = a compare-and-set update on the last revision, every
 //!   [`OwnershipConfig::renew_interval`]. A refused update (another revision: the key expired
-//!   and someone created it) or a key gone means the lease is lost: [`Change::Revoked`].
+//!   and someone created it) or a key gone means the lease is lost: [`Change::Revoked`]. One
+//!   exception: when the key still holds our worker and epoch, the refused update met a
+//!   renewal of ours that timed out on our side but was stored (no one else writes our
+//!   epoch), and renewing continues from that revision.
 //! - **Release** = a delete marker, compare-and-set on the last revision.
 //!
 //! ## Fencing
@@ -51,7 +54,9 @@
 //! joining and leaving workers converge to a balanced ownership. A worker that stops cleanly
 //! ([`OwnershipHandle::shutdown`], after the host stopped its engines) releases its leases and
 //! deletes its member key, so the others take over at once instead of after the TTL.
-//! Worker ids must be unique among live workers.
+//! Worker ids must be unique among live workers. A worker restarted with the same id does not
+//! adopt its predecessor's leases: after a crash they expire (TTL), after a clean stop they
+//! are already free.
 //!
 //! ## Using it
 //! ```no_run
