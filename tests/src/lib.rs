@@ -38,6 +38,7 @@
 
 pub mod fault;
 pub mod harness;
+pub mod kv;
 pub mod openai;
 pub mod wait;
 

@@ -8,14 +8,14 @@
 //! it agrees with the hosts. Takeover times are printed (`--nocapture`), never asserted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
+use async_nats::jetstream;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use toolstream::ownership::{self, Change, Fence, OwnershipConfig, OwnershipStats};
 use toolstream_testkit::wait::eventually_async;
-use toolstream_testkit::{debian_server, NatsCluster, NatsServer};
+use toolstream_testkit::{debian_server, kv, NatsCluster, NatsServer};
 
 const BUCKET: &str = "TOOLSTREAM_LEASES";
 /// Generous bound for anything event-driven.
@@ -271,32 +271,11 @@ async fn try_kv_leases(
     js: &jetstream::Context,
     partitions: u32,
 ) -> Result<BTreeMap<u32, (String, u64, u64)>, String> {
-    let stream = js
-        .get_stream(format!("KV_{BUCKET}"))
-        .await
-        .map_err(|e| format!("bucket stream: {e}"))?;
-    let mut out = BTreeMap::new();
-    for k in 0..partitions {
-        match stream
-            .get_last_raw_message_by_subject(&format!("$KV.{BUCKET}.p.{k}"))
-            .await
-        {
-            Ok(m) => {
-                let deleted = m.headers.get("KV-Operation").is_some();
-                if !deleted {
-                    let v: serde_json::Value =
-                        serde_json::from_slice(&m.payload).expect("lease JSON");
-                    let worker = v["worker"].as_str().expect("worker").to_string();
-                    let epoch = v["epoch"].as_u64().unwrap_or(m.sequence);
-                    out.insert(k, (worker, epoch, m.sequence));
-                }
-            }
-            Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => {}
-            Err(e) if e.to_string().contains("no message found") => {}
-            Err(e) => return Err(format!("read p.{k}: {e}")),
-        }
-    }
-    Ok(out)
+    Ok(kv::leases(js, BUCKET, partitions)
+        .await?
+        .into_iter()
+        .map(|(k, l)| (k, (l.worker, l.epoch, l.revision)))
+        .collect())
 }
 
 async fn kv_leases(js: &jetstream::Context, partitions: u32) -> BTreeMap<u32, (String, u64, u64)> {
@@ -307,32 +286,7 @@ async fn kv_leases(js: &jetstream::Context, partitions: u32) -> BTreeMap<u32, (S
 
 /// Live member ids in the bucket.
 async fn kv_members(js: &jetstream::Context) -> Vec<String> {
-    let stream = js
-        .get_stream(format!("KV_{BUCKET}"))
-        .await
-        .expect("bucket stream");
-    let mut subjects = stream
-        .info_with_subjects(format!("$KV.{BUCKET}.w.>"))
-        .await
-        .expect("subjects");
-    let mut out = Vec::new();
-    use futures::StreamExt;
-    while let Some(s) = subjects.next().await {
-        let (subject, _) = s.expect("subject");
-        let m = stream
-            .get_last_raw_message_by_subject(&subject)
-            .await
-            .expect("member");
-        if m.headers.get("KV-Operation").is_none() {
-            out.push(
-                subject
-                    .trim_start_matches(&format!("$KV.{BUCKET}.w."))
-                    .to_string(),
-            );
-        }
-    }
-    out.sort();
-    out
+    kv::members(js, BUCKET).await.expect("read the members")
 }
 
 /// What a worker should hold: these partitions, or this many.
