@@ -59,6 +59,8 @@ enum Ctl {
     Stop(oneshot::Sender<()>),
     Stall(Duration),
     Stats(oneshot::Sender<OwnershipStats>),
+    /// The host gives a partition back of its own accord (its engine did not start).
+    Release(u32, oneshot::Sender<()>),
 }
 
 /// The ownership module of one worker and its host.
@@ -146,6 +148,13 @@ impl Worker {
                         }
                         Some(Ctl::Stall(d)) => handle.stall(d),
                         Some(Ctl::Stats(tx)) => { let _ = tx.send(handle.stats()); }
+                        Some(Ctl::Release(partition, done)) => {
+                            let held = st.lock().unwrap().held.remove(&partition);
+                            if let Some((epoch, _)) = held {
+                                handle.released(partition, epoch).await;
+                            }
+                            let _ = done.send(());
+                        }
                     },
                 }
             }
@@ -932,5 +941,39 @@ async fn a_renewal_stored_after_it_timed_out_keeps_the_lease_and_a_foreign_write
     assert!(!fence1.is_valid());
     assert_eq!(a.stats().await.revoked, 1);
     assert!(a.errors().is_empty(), "{:?}", a.errors());
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_the_host_gives_back_is_not_taken_again_by_it_for_a_ttl() {
+    logs();
+    let server = NatsServer::start().expect("nats-server");
+    let js = client_js(&server.url()).await;
+    // A TTL long enough that "not at once" is seen many renewals apart, not by timing luck.
+    let ttl = Duration::from_secs(6);
+    let cfg = OwnershipConfig {
+        renew_interval: Some(Duration::from_millis(200)),
+        safety_margin: Duration::from_millis(500),
+        ..config("a", ttl, 1)
+    };
+    let a = Worker::start(&[server.url()], cfg, 2).await;
+    let before = converged(&js, &[&a], 2, &[("a", &[0, 1])]).await;
+    let (tx, rx) = oneshot::channel();
+    a.ctl.send(Ctl::Release(1, tx)).unwrap();
+    rx.await.unwrap();
+    assert!(
+        !kv_leases(&js, 2).await.contains_key(&1),
+        "released at once"
+    );
+    // Many re-evaluations later (every 200 ms, and on its own delete), still free.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!a.held().contains_key(&1), "taken again at once");
+    }
+    assert!(!kv_leases(&js, 2).await.contains_key(&1));
+    // After the cool-down it is taken again, under a new epoch.
+    let again = converged(&js, &[&a], 2, &[("a", &[0, 1])]).await;
+    assert!(again[&1].1 > before[&1].1, "{again:?} {before:?}");
+    assert_eq!(again[&0], before[&0]);
     a.stop().await;
 }
