@@ -4,6 +4,8 @@
 //!   dead letters, large payloads through the object store bucket, answers queries and service
 //!   discovery, restarts) with only the worker user's permissions, and nothing it does is
 //!   refused; the same file fits an unpartitioned worker on a server without the mapping;
+//! - leased workers (leases, a hand-off, checkpoints, a takeover after a SIGKILL) need nothing
+//!   beyond the same worker user's grants;
 //! - the suite can see a missing grant: without `$JS.API.STREAM.MSG.GET.TOOLSTREAM_IN` the same
 //!   run is refused;
 //! - a producer allowed one conversation cannot publish another's input (no event appears for
@@ -15,6 +17,7 @@
 //! - `main.rs` — the deployed server, logins that record refusals, the shared steps of the
 //!   worker runs.
 //! - `worker_grants.rs` — the worker's own runs (partitioned, unpartitioned, a missing grant).
+//! - `leased_grants.rs` — leased workers: leases, hand-off, checkpoints, a takeover.
 //! - `tenants.rs` — producers and UIs kept to their own conversation and subjects.
 
 // A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
@@ -22,6 +25,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod leased_grants;
 mod tenants;
 mod worker_grants;
 
