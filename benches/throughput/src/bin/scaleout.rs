@@ -85,6 +85,9 @@ async fn drain_with(
         .map(|s| s.to_string())
         .collect()
     };
+    for d in std::iter::once("prov".to_string()).chain((0..workers).map(|i| format!("w{i}"))) {
+        std::fs::create_dir_all(dir.path().join(d)).context("worker dir")?;
+    }
     {
         // provisions the streams (and leases every partition once; its consumers are
         // deleted by the next owners)
