@@ -61,6 +61,25 @@ struct Measured {
     workers: usize,
     elapsed: Duration,
     cpu: Duration,
+    /// Bytes the workers' data directories hold after the drain (their sled stores).
+    disk: u64,
+    /// The largest peak RSS of the workers.
+    peak_rss: u64,
+}
+
+/// Bytes of the files under `dir`.
+fn dir_size(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 async fn drain_with(
@@ -143,6 +162,14 @@ async fn drain_with(
         .iter()
         .filter_map(|w| w.pid().and_then(procfs::cpu_time))
         .sum();
+    let peak_rss = fleet
+        .iter()
+        .filter_map(|w| w.pid().and_then(procfs::peak_rss))
+        .max()
+        .unwrap_or(0);
+    let disk = (0..workers)
+        .map(|i| dir_size(&dir.path().join(format!("w{i}"))))
+        .sum();
     for w in &mut fleet {
         w.stop(Duration::from_secs(20)).await;
     }
@@ -150,6 +177,8 @@ async fn drain_with(
         workers,
         elapsed,
         cpu,
+        disk,
+        peak_rss,
     })
 }
 
@@ -199,18 +228,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
         )
         .unwrap_or(0.0)
     };
+    let median_of = |w: usize, f: &dyn Fn(&Measured) -> f64| {
+        report::median(rows.iter().filter(|m| m.workers == w).map(f).collect()).unwrap_or(0.0)
+    };
     let one = rate(1);
     println!(
-        "| workers | inputs/s (median of {}) | vs 1 worker | CPU s per million inputs |",
+        "| workers | inputs/s (median of {}) | vs 1 worker | CPU s per million inputs | store bytes per message | peak RSS per worker (MiB) |",
         args.rounds
     );
-    println!("| --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     for w in 1..=args.workers {
         println!(
-            "| {w} | {:.0} | {:.2} | {:.1} |",
+            "| {w} | {:.0} | {:.2} | {:.1} | {:.0} | {:.0} |",
             rate(w),
             rate(w) / one.max(1e-9),
-            cpu(w)
+            cpu(w),
+            median_of(w, &|m| m.disk as f64 / backlog.messages.max(1) as f64),
+            median_of(w, &|m| m.peak_rss as f64 / (1024.0 * 1024.0)),
         );
     }
     Ok(())
