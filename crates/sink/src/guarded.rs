@@ -32,6 +32,9 @@ pub trait Guard: Send + Sync + 'static {
     fn owner(&self) -> String;
 }
 
+/// Called once per message confirmed from the published-id set (not sent).
+pub type OnSkip = Arc<dyn Fn() + Send + Sync>;
+
 /// A [`Publisher`] for a leased partition (see the module docs).
 #[derive(Clone)]
 pub struct Guarded<P> {
@@ -39,6 +42,7 @@ pub struct Guarded<P> {
     guard: Arc<dyn Guard>,
     owner: String,
     published: Arc<HashSet<String>>,
+    on_skip: Option<OnSkip>,
 }
 
 impl<P> std::fmt::Debug for Guarded<P> {
@@ -60,7 +64,14 @@ impl<P> Guarded<P> {
             guard,
             owner,
             published,
+            on_skip: None,
         }
+    }
+
+    /// Calls `on_skip` for every message confirmed from the published-id set (a metric).
+    pub fn with_on_skip(mut self, on_skip: OnSkip) -> Guarded<P> {
+        self.on_skip = Some(on_skip);
+        self
     }
 }
 
@@ -91,6 +102,9 @@ impl<P: Publisher> Publisher for Guarded<P> {
         }
         if self.published.contains(&message.msg_id) {
             // In the stream since before this owner's lease: confirmed without a second copy.
+            if let Some(on_skip) = &self.on_skip {
+                on_skip();
+            }
             let ack = PublishAck {
                 duplicate: true,
                 ..Default::default()

@@ -90,6 +90,7 @@ impl ConsumeLoop {
         let msg_id = wire::msg_id::input_dead_letter(stream_seq);
         if self.published.contains(&msg_id) {
             // a leased partition's rebuild: an earlier owner published this one
+            Metrics::add(&self.metrics.leases.already_published, 1);
             return Disposition::Term;
         }
         let fields = vec![

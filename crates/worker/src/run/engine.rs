@@ -207,11 +207,15 @@ impl Engine {
             lease.epoch,
             Arc::clone(&lease.guard),
         ));
+        let metrics = Arc::clone(&shared.metrics);
         let publisher = Guarded::new(
             JetStream::new(shared.js.clone()).with_payloads(shared.payloads.clone()),
             Arc::clone(&lease.guard),
             Arc::clone(&published),
-        );
+        )
+        .with_on_skip(Arc::new(move || {
+            Metrics::add(&metrics.leases.already_published, 1)
+        }));
         let writer = checkpoint::Writer {
             checkpoints,
             partition,

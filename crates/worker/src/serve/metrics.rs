@@ -106,6 +106,9 @@ pub struct LeaseMetrics {
     pub from_checkpoint: AtomicU64,
     /// See `from_checkpoint`.
     pub from_start: AtomicU64,
+    /// Events and dead letters a rebuild made again that were already in their stream,
+    /// confirmed without a second copy (`toolstream_already_published_total`).
+    pub already_published: AtomicU64,
 }
 
 impl LeaseMetrics {
@@ -148,6 +151,12 @@ impl LeaseMetrics {
                 "toolstream_leases_handed_off_total",
                 "Partitions handed off gracefully to a worker that joined.",
                 load(&self.handed_off),
+            ),
+            (
+                "toolstream_already_published_total",
+                "Events and dead letters a takeover's rebuild made again that were already in \
+                 their stream: confirmed without a second copy.",
+                load(&self.already_published),
             ),
         ] {
             write_header(out, name, help, "counter");
