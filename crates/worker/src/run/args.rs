@@ -256,7 +256,10 @@ mod tests {
         // lease settings are checked only when leases are used
         for (flags, field) in [
             (["--lease-ttl", "100ms"], "ownership.lease_ttl"),
-            (["--checkpoint-interval", "10ms"], "consumer.checkpoint_interval"),
+            (
+                ["--checkpoint-interval", "10ms"],
+                "consumer.checkpoint_interval",
+            ),
         ] {
             let leased = Cli::parse_from(["x", "--assignment", "leases", flags[0], flags[1]]);
             let err = leased.args.resolve().unwrap_err().to_string();
