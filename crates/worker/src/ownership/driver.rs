@@ -64,6 +64,10 @@ pub(crate) struct Driver {
     cooldown: BTreeMap<u32, Instant>,
     /// When the first of the current run of failed renewals was sent.
     failing_since: Option<Instant>,
+    /// Until one renewal interval after joining, acquire nothing: workers started together
+    /// register first, so each takes its share at once instead of the first taking every
+    /// partition and handing most of them off again (each hand-off a rebuild).
+    settling: bool,
 }
 
 fn lease_key(k: u32) -> String {
@@ -101,6 +105,7 @@ impl Driver {
             host_gone: false,
             cooldown: BTreeMap::new(),
             failing_since: None,
+            settling: true,
         }
     }
 
@@ -120,6 +125,7 @@ impl Driver {
     ) {
         self.join().await;
         self.evaluate().await;
+        let settled_at = Instant::now() + self.r.renew_interval;
         let mut tick = tokio::time::interval(self.r.renew_interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         tick.tick().await;
@@ -174,6 +180,10 @@ impl Driver {
                 },
                 _ = sleep_until_opt(lapse) => {
                     self.drop_lapsed().await;
+                }
+                _ = tokio::time::sleep_until(settled_at), if self.settling => {
+                    self.settling = false;
+                    self.evaluate().await;
                 }
             }
         }
@@ -605,6 +615,9 @@ impl Driver {
                 partition: k,
                 epoch,
             });
+        }
+        if self.settling {
+            return;
         }
         let mut want = plan.want;
         for k in plan.candidates {

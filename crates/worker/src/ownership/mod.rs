@@ -44,6 +44,9 @@
 //! a new epoch if the balance says so).
 //!
 //! ## Balancing
+//! A starting worker joins as a member and acquires nothing for one renewal interval, so
+//! workers started together see each other and each takes its share at once (rather than the
+//! first taking every partition and handing most of them off, each hand-off a rebuild).
 //! Every worker computes its quota from the live members (`w.*`, sorted by id): with N
 //! partitions and W members, member `i` gets `N / W`, plus one for the first `N % W`. Under
 //! quota it acquires free partitions (`k % W == i` first, then any); over quota it hands off its
