@@ -14,7 +14,7 @@ use assembler::core::preview::{partial_json, FLUSH_PENDING_BYTES};
 use assembler::storage::sled_backend::SledStorage;
 use assembler::{Config, Input, InputKind, OutboxKind, Previews, Seq, Store};
 use chunk_model::{Event, EventType, Provider};
-use common::{chunk, events, oa_delta, oa_finish};
+use common::{chunk, events, is_terminal, oa_delta, oa_finish};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -122,14 +122,7 @@ fn check_deltas(evs: &[Event]) -> BTreeMap<(String, u32), String> {
 /// The final raw text of each call (its terminal event), by (message, call index).
 fn finals(evs: &[Event]) -> BTreeMap<(String, u32), String> {
     evs.iter()
-        .filter(|e| {
-            matches!(
-                e.event_type,
-                EventType::ToolCallCompleted
-                    | EventType::ToolCallInvalid
-                    | EventType::ToolCallAbandoned
-            )
-        })
+        .filter(|e| is_terminal(e))
         .filter_map(|e| {
             let c = e.tool_call.as_ref()?;
             Some(((e.message_id.clone(), c.index), c.raw_arguments.clone()))
@@ -176,51 +169,40 @@ fn deltas_concatenate_to_a_prefix_of_the_arguments_and_change_no_other_event() {
 /// AI SDK's `tool-call` does, is accepted only when the restatement extends the preview).
 #[test]
 fn every_recorded_stream_previews_a_prefix_of_each_calls_text_and_nothing_else_changes() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/recordings");
+    let root = common::recordings_root();
     let mut files = 0;
     let mut previewed = 0;
-    for dir in std::fs::read_dir(&root).unwrap() {
-        let dir = dir.unwrap().path();
-        let Some(provider) = dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(Provider::parse)
-        else {
-            continue;
-        };
-        for file in std::fs::read_dir(&dir).unwrap() {
-            let file = file.unwrap().path();
-            let rel = file
-                .strip_prefix(&root)
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_string();
-            let bodies = common::recording(&rel);
-            let run = |config: Config| {
-                let store = Store::open_memory(config).unwrap();
-                for (i, b) in bodies.iter().enumerate() {
-                    let input = Input {
-                        provider: Some(provider),
-                        ..chunk("c", "m", i as u64, b)
-                    };
-                    let _ = store.apply(&input, i as u64).unwrap();
-                }
-                events(&store)
-            };
-            let (off, on) = (run(Config::default()), run(eager()));
-            assert_eq!(without_deltas(&on), off, "{rel}");
-            let finals = finals(&on);
-            for (key, text) in check_deltas(&on) {
-                let last = &finals[&key];
-                assert!(
-                    last.starts_with(&text),
-                    "{rel} {key:?}: previewed {text:?}, ended with {last:?}"
-                );
-                previewed += 1;
+    for (provider, file) in common::recordings() {
+        let rel = file
+            .strip_prefix(&root)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let bodies = common::recording(&rel);
+        let run = |config: Config| {
+            let store = Store::open_memory(config).unwrap();
+            for (i, b) in bodies.iter().enumerate() {
+                let input = Input {
+                    provider: Some(provider),
+                    ..chunk("c", "m", i as u64, b)
+                };
+                let _ = store.apply(&input, i as u64).unwrap();
             }
-            files += 1;
+            events(&store)
+        };
+        let (off, on) = (run(Config::default()), run(eager()));
+        assert_eq!(without_deltas(&on), off, "{rel}");
+        let finals = finals(&on);
+        for (key, text) in check_deltas(&on) {
+            let last = &finals[&key];
+            assert!(
+                last.starts_with(&text),
+                "{rel} {key:?}: previewed {text:?}, ended with {last:?}"
+            );
+            previewed += 1;
         }
+        files += 1;
     }
     assert!(files >= 40, "{files} recordings");
     assert!(previewed >= 30, "{previewed} calls previewed");

@@ -11,27 +11,6 @@ mod common;
 
 use assembler::{Config, Input, InputKind, Seq, Store};
 use chunk_model::{framing, Provider};
-use std::path::{Path, PathBuf};
-
-fn recordings() -> Vec<(Provider, PathBuf)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/recordings");
-    let mut out = Vec::new();
-    for dir in std::fs::read_dir(&root).unwrap() {
-        let dir = dir.unwrap().path();
-        let Some(provider) = dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(Provider::parse)
-        else {
-            continue;
-        };
-        for f in std::fs::read_dir(&dir).unwrap() {
-            out.push((provider, f.unwrap().path()));
-        }
-    }
-    out.sort();
-    out
-}
 
 fn apply_all(store: &Store, provider: Provider, frames: &[Vec<u8>], from: usize, to: usize) {
     for (seq, body) in frames.iter().enumerate().take(to).skip(from) {
@@ -51,7 +30,7 @@ fn apply_all(store: &Store, provider: Provider, frames: &[Vec<u8>], from: usize,
 
 #[test]
 fn every_recording_assembles_the_same_across_a_restart_after_every_chunk() {
-    let all = recordings();
+    let all = common::recordings();
     assert!(all.len() >= 30, "recordings not found: {}", all.len());
     for (provider, path) in all {
         let bytes = std::fs::read(&path).unwrap();

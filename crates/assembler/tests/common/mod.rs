@@ -190,18 +190,7 @@ impl Msg {
 
     /// The calls' terminal events (completed, invalid, abandoned), in order.
     pub fn terminal(&self) -> Vec<&Event> {
-        use chunk_model::EventType;
-        self.events
-            .iter()
-            .filter(|e| {
-                matches!(
-                    e.event_type,
-                    EventType::ToolCallCompleted
-                        | EventType::ToolCallInvalid
-                        | EventType::ToolCallAbandoned
-                )
-            })
-            .collect()
+        self.events.iter().filter(|e| is_terminal(e)).collect()
     }
 
     /// The `message.completed` event (panics if there is none).
@@ -213,11 +202,43 @@ impl Msg {
     }
 }
 
+/// A call's terminal event: completed, invalid or abandoned.
+pub fn is_terminal(e: &Event) -> bool {
+    use chunk_model::EventType;
+    matches!(
+        e.event_type,
+        EventType::ToolCallCompleted | EventType::ToolCallInvalid | EventType::ToolCallAbandoned
+    )
+}
+
+/// `tests/recordings/`: a folder per provider, a recorded stream per file.
+pub fn recordings_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/recordings")
+}
+
+/// Every recorded stream under `tests/recordings/<provider>/`: (provider, path), sorted.
+pub fn recordings() -> Vec<(Provider, std::path::PathBuf)> {
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(recordings_root()).unwrap() {
+        let dir = dir.unwrap().path();
+        let Some(provider) = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(Provider::parse)
+        else {
+            continue;
+        };
+        for f in std::fs::read_dir(&dir).unwrap() {
+            out.push((provider, f.unwrap().path()));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The chunk bodies of a recorded stream under `tests/recordings/`, as its framing splits them.
 pub fn recording(rel: &str) -> Vec<Vec<u8>> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/recordings")
-        .join(rel);
+    let path = recordings_root().join(rel);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     chunk_model::framing::split(&bytes)
         .expect("frames")
