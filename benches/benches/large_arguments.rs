@@ -16,10 +16,12 @@
 //! unoptimized test build, without `--bench`) the cases are 16 KiB: the 1 MiB ones took about
 //! two minutes each there and only show that the bench still runs.
 
-use assembler::{Config, Input, InputKind, Seq, Store};
-use chunk_model::Provider;
+mod support;
+
+use assembler::{Config, Store};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use support::{chunk_input, drain_outbox, time_messages};
 use toolstream_testkit::openai;
 
 /// The call's first chunk (id and name, no text) or a piece of its argument text.
@@ -60,16 +62,7 @@ fn empty_chunks(count: usize) -> Vec<Vec<u8>> {
 
 fn assemble(store: &Store, msg: &str, bodies: &[Vec<u8>]) {
     for (seq, body) in bodies.iter().enumerate() {
-        let input = Input {
-            kind: InputKind::Chunk,
-            conversation_id: "conv_big",
-            message_id: msg,
-            provider: Some(Provider::OpenaiChat),
-            seq: Seq::Producer(seq as u64),
-            control: None,
-            body,
-            origin: None,
-        };
+        let input = chunk_input(msg, seq, body);
         let _ = store.apply(&input, 0);
     }
     let _ = store.flush();
@@ -107,23 +100,14 @@ fn bench(c: &mut Criterion) {
             let id = BenchmarkId::new(label, id);
             group.bench_function(id, |b| {
                 b.iter_custom(|iters| {
-                    let mut spent = Duration::ZERO;
-                    for _ in 0..iters {
-                        n += 1;
-                        let msg = format!("big_{n}");
-                        let start = Instant::now();
-                        assemble(&store, &msg, &bodies);
-                        spent += start.elapsed();
-                        while let Ok(rows) = store.outbox_peek(64) {
-                            if rows.is_empty() {
-                                break;
-                            }
-                            for r in rows {
-                                let _ = store.outbox_remove(r.key);
-                            }
-                        }
-                    }
-                    spent
+                    time_messages(
+                        iters,
+                        &mut n,
+                        |msg| assemble(&store, msg, &bodies),
+                        || {
+                            drain_outbox(&store, 64);
+                        },
+                    )
                 })
             });
         }

@@ -17,10 +17,12 @@
 //! byte). Run: `cargo bench -p toolstream-benches --bench previews`. Under `cargo test` the
 //! cases are 16 KiB (criterion's test mode: each runs once).
 
-use assembler::{Config, Input, InputKind, Previews, Seq, Store};
-use chunk_model::Provider;
+mod support;
+
+use assembler::{Config, Previews, Store};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use support::{chunk_input, drain_outbox, time_messages};
 use toolstream_testkit::openai;
 
 const FRAGMENT: usize = 16;
@@ -53,37 +55,13 @@ fn chunks(total: usize) -> Vec<Vec<u8>> {
 
 fn assemble(store: &Store, msg: &str, bodies: &[Vec<u8>]) {
     for (seq, body) in bodies.iter().enumerate() {
-        let input = Input {
-            kind: InputKind::Chunk,
-            conversation_id: "conv_big",
-            message_id: msg,
-            provider: Some(Provider::OpenaiChat),
-            seq: Seq::Producer(seq as u64),
-            control: None,
-            body,
-            origin: None,
-        };
+        let input = chunk_input(msg, seq, body);
         let _ = store.apply(&input, seq as u64);
         if seq % FLUSH_EVERY == FLUSH_EVERY - 1 {
             let _ = store.flush();
         }
     }
     let _ = store.flush();
-}
-
-/// Removes every outbox row (outside the timing); returns how many were deltas.
-fn drain(store: &Store) -> usize {
-    let mut deltas = 0;
-    while let Ok(rows) = store.outbox_peek(256) {
-        if rows.is_empty() {
-            break;
-        }
-        for r in rows {
-            deltas += usize::from(r.headers.iter().any(|(_, v)| v == "tool_call.delta"));
-            let _ = store.outbox_remove(r.key);
-        }
-    }
-    deltas
 }
 
 fn bench(c: &mut Criterion) {
@@ -127,16 +105,12 @@ fn bench(c: &mut Criterion) {
             let mut deltas = 0;
             group.bench_function(id, |b| {
                 b.iter_custom(|iters| {
-                    let mut spent = Duration::ZERO;
-                    for _ in 0..iters {
-                        n += 1;
-                        let msg = format!("big_{n}");
-                        let start = Instant::now();
-                        assemble(&store, &msg, &bodies);
-                        spent += start.elapsed();
-                        deltas = drain(&store);
-                    }
-                    spent
+                    time_messages(
+                        iters,
+                        &mut n,
+                        |msg| assemble(&store, msg, &bodies),
+                        || deltas = drain_outbox(&store, 256),
+                    )
                 })
             });
             eprintln!(
