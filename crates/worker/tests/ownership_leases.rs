@@ -380,11 +380,71 @@ fn registry(workers: &[&Worker]) -> Fences {
     ))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_worker_takes_every_partition_and_a_joining_one_gets_half_never_both_one() {
+/// Logs on (see `logs`), one nats-server, and a JetStream client of it.
+async fn server_and_js() -> (NatsServer, jetstream::Context) {
     logs();
     let server = NatsServer::start().expect("nats-server");
     let js = client_js(&server.url()).await;
+    (server, js)
+}
+
+/// Every worker's host saw only changes consistent with what it held.
+fn assert_no_host_errors(workers: &[&Worker]) {
+    for w in workers {
+        assert!(w.errors().is_empty(), "{}: {:?}", w.id, w.errors());
+    }
+}
+
+/// The end of a test: the checker saw no two owners at once, no host saw a change that
+/// contradicts what it held, and the workers stop cleanly, in order.
+async fn finish(checker: Checker, workers: Vec<Worker>) {
+    checker.finish().await;
+    assert_no_host_errors(&workers.iter().collect::<Vec<_>>());
+    for w in workers {
+        w.stop().await;
+    }
+}
+
+/// One server, workers a and b on 4 partitions with lease TTL `ttl`, the checker on both,
+/// and their converged ownership (a holds 0 and 2, b holds 1 and 3).
+async fn two_workers_converged(
+    ttl: Duration,
+) -> (
+    NatsServer,
+    jetstream::Context,
+    Worker,
+    Worker,
+    Checker,
+    BTreeMap<u32, (String, u64)>,
+) {
+    let (server, js) = server_and_js().await;
+    let a = Worker::start(&[server.url()], config("a", ttl, 1), 4).await;
+    let b = Worker::start(&[server.url()], config("b", ttl, 1), 4).await;
+    let checker = Checker::start(registry(&[&a, &b]));
+    let before = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    (server, js, a, b, checker, before)
+}
+
+/// Waits (up to `within`) until `w` holds all 4 partitions; what it holds then.
+async fn holds_all_four(w: &Worker, within: Duration, what: &str) -> BTreeMap<u32, u64> {
+    eventually_async(within, || async { (w.held().len() == 4).then(|| w.held()) })
+        .await
+        .unwrap_or_else(|| panic!("{} never took {what}: {:?}", w.id, w.held()))
+}
+
+/// b's partitions 1 and 3 are held under a greater epoch than before.
+fn assert_new_epochs_for_b_s(after: &BTreeMap<u32, u64>, before: &BTreeMap<u32, (String, u64)>) {
+    for k in [1, 3] {
+        assert!(
+            after[&k] > before[&k].1,
+            "new epoch for {k}: {after:?} {before:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_takes_every_partition_and_a_joining_one_gets_half_never_both_one() {
+    let (server, js) = server_and_js().await;
     let ttl = Duration::from_secs(2);
     let a = Worker::start(&[server.url()], config("a", ttl, 1), 4).await;
     let fences = registry(&[&a]);
@@ -429,22 +489,12 @@ async fn one_worker_takes_every_partition_and_a_joining_one_gets_half_never_both
         (sa.revoked, sb.revoked, sa.cas_conflicts, sb.cas_conflicts),
         (0, 0, 0, 0)
     );
-    checker.finish().await;
-    assert!(
-        a.errors().is_empty() && b.errors().is_empty(),
-        "{:?} {:?}",
-        a.errors(),
-        b.errors()
-    );
-    a.stop().await;
-    b.stop().await;
+    finish(checker, vec![a, b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_joining_stopping_and_crashing_converge_to_balanced_ownership() {
-    logs();
-    let server = NatsServer::start().expect("nats-server");
-    let js = client_js(&server.url()).await;
+    let (server, js) = server_and_js().await;
     let ttl = Duration::from_secs(2);
     let url = [server.url()];
     let a = Worker::start(&url, config("a", ttl, 1), 5).await;
@@ -477,35 +527,18 @@ async fn workers_joining_stopping_and_crashing_converge_to_balanced_ownership() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_stops_cleanly_hands_its_partitions_over_at_once_not_after_the_ttl() {
-    logs();
-    let server = NatsServer::start().expect("nats-server");
-    let js = client_js(&server.url()).await;
     // A long TTL: were the takeover waiting for expiry, the bounded wait below would fail.
     let ttl = Duration::from_secs(60);
-    let a = Worker::start(&[server.url()], config("a", ttl, 1), 4).await;
-    let b = Worker::start(&[server.url()], config("b", ttl, 1), 4).await;
-    let checker = Checker::start(registry(&[&a, &b]));
-    let before = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    let (_server, js, a, b, checker, before) = two_workers_converged(ttl).await;
     let t0 = Instant::now();
     b.stop().await;
-    let after = eventually_async(Duration::from_secs(20), || async {
-        (a.held().len() == 4).then(|| a.held())
-    })
-    .await
-    .unwrap_or_else(|| panic!("a never took b's partitions: {:?}", a.held()));
+    let after = holds_all_four(&a, Duration::from_secs(20), "b's partitions").await;
     let took = t0.elapsed();
     eprintln!("takeover after a clean stop: {took:?} (lease TTL {ttl:?})");
-    for k in [1, 3] {
-        assert!(
-            after[&k] > before[&k].1,
-            "new epoch for {k}: {after:?} {before:?}"
-        );
-    }
+    assert_new_epochs_for_b_s(&after, &before);
     converged(&js, &[&a], 4, &[("a", &[0, 1, 2, 3])]).await;
     assert_eq!(kv_members(&js).await, vec!["a"], "b deleted its member key");
-    checker.finish().await;
-    assert!(a.errors().is_empty(), "{:?}", a.errors());
-    a.stop().await;
+    finish(checker, vec![a]).await;
     // a's clean stop leaves no lease and no member behind.
     assert!(kv_leases(&js, 4).await.is_empty());
     assert!(kv_members(&js).await.is_empty());
@@ -513,53 +546,30 @@ async fn a_worker_that_stops_cleanly_hands_its_partitions_over_at_once_not_after
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_worker_s_partitions_expire_and_are_taken_by_the_others() {
-    logs();
-    let server = NatsServer::start().expect("nats-server");
-    let js = client_js(&server.url()).await;
     let ttl = Duration::from_secs(2);
-    let a = Worker::start(&[server.url()], config("a", ttl, 1), 4).await;
-    let b = Worker::start(&[server.url()], config("b", ttl, 1), 4).await;
-    let checker = Checker::start(registry(&[&a, &b]));
-    let before = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    let (_server, js, a, b, checker, before) = two_workers_converged(ttl).await;
     let t0 = Instant::now();
     b.crash().await;
     // Nothing released: b's keys are still there right after the crash.
     let kv = kv_leases(&js, 4).await;
     assert_eq!(kv.get(&1).map(|l| l.0.as_str()), Some("b"), "{kv:?}");
-    let after = eventually_async(Duration::from_secs(30), || async {
-        (a.held().len() == 4).then(|| a.held())
-    })
-    .await
-    .unwrap_or_else(|| panic!("a never took b's partitions: {:?}", a.held()));
+    let after = holds_all_four(&a, Duration::from_secs(30), "b's partitions").await;
     eprintln!(
         "takeover after a crash: {:?} (lease TTL {ttl:?}, renew every {:?})",
         t0.elapsed(),
         config("a", ttl, 1).effective_renew_interval()
     );
-    for k in [1, 3] {
-        assert!(
-            after[&k] > before[&k].1,
-            "new epoch for {k}: {after:?} {before:?}"
-        );
-    }
+    assert_new_epochs_for_b_s(&after, &before);
     converged(&js, &[&a], 4, &[("a", &[0, 1, 2, 3])]).await;
     assert_eq!(kv_members(&js).await, vec!["a"], "b's member key expired");
-    checker.finish().await;
-    assert!(a.errors().is_empty(), "{:?}", a.errors());
-    a.stop().await;
+    finish(checker, vec![a]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_worker_is_fenced_before_it_runs_again_then_revoked_and_the_new_owner_has_a_greater_epoch(
 ) {
-    logs();
-    let server = NatsServer::start().expect("nats-server");
-    let js = client_js(&server.url()).await;
     let ttl = Duration::from_secs(2);
-    let a = Worker::start(&[server.url()], config("a", ttl, 1), 4).await;
-    let b = Worker::start(&[server.url()], config("b", ttl, 1), 4).await;
-    let checker = Checker::start(registry(&[&a, &b]));
-    let before = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
+    let (_server, js, a, b, checker, before) = two_workers_converged(ttl).await;
     let b_fences = b.fences();
     assert!(b_fences.iter().all(Fence::is_valid));
 
@@ -567,9 +577,7 @@ async fn a_paused_worker_is_fenced_before_it_runs_again_then_revoked_and_the_new
     let stall = ttl * 5;
     b.ctl.send(Ctl::Stall(stall)).unwrap();
     let t0 = Instant::now();
-    let taken = eventually_async(WAIT, || async { (a.held().len() == 4).then(|| a.held()) })
-        .await
-        .unwrap_or_else(|| panic!("a never took the paused b's partitions: {:?}", a.held()));
+    let taken = holds_all_four(&a, WAIT, "the paused b's partitions").await;
     eprintln!(
         "takeover from a paused worker: {:?} (lease TTL {ttl:?})",
         t0.elapsed()
@@ -612,22 +620,12 @@ async fn a_paused_worker_is_fenced_before_it_runs_again_then_revoked_and_the_new
     for k in [1, 3] {
         assert!(again[&k].1 > taken[&k], "{again:?} {taken:?}");
     }
-    checker.finish().await;
-    assert!(
-        a.errors().is_empty() && b.errors().is_empty(),
-        "{:?} {:?}",
-        a.errors(),
-        b.errors()
-    );
-    a.stop().await;
-    b.stop().await;
+    finish(checker, vec![a, b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_existing_bucket_with_another_ttl_is_refused_naming_the_setting() {
-    logs();
-    let server = NatsServer::start().expect("nats-server");
-    let js = client_js(&server.url()).await;
+    let (server, js) = server_and_js().await;
     let first = Worker::start(&[server.url()], config("a", Duration::from_secs(2), 1), 2).await;
     let err = ownership::start(js.clone(), config("b", Duration::from_secs(3), 1), 2)
         .await
@@ -718,13 +716,7 @@ async fn leases_keep_working_on_a_three_node_cluster_when_the_bucket_leader_is_k
         );
     }
     drop(renewed);
-    checker.finish().await;
-    for w in [&a, &b, &c] {
-        assert!(w.errors().is_empty(), "{}: {:?}", w.id, w.errors());
-    }
-    a.stop().await;
-    b.stop().await;
-    c.stop().await;
+    finish(checker, vec![a, b, c]).await;
     assert!(
         kv_leases(&js, 4).await.is_empty(),
         "released on the surviving nodes"
@@ -897,9 +889,7 @@ async fn overwrite_lease(js: &jetstream::Context, k: u32, value: serde_json::Val
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_stored_after_it_timed_out_keeps_the_lease_and_a_foreign_write_revokes_it() {
-    logs();
-    let server = NatsServer::start().expect("nats-server");
-    let js = client_js(&server.url()).await;
+    let (server, js) = server_and_js().await;
     let ttl = Duration::from_secs(2);
     let a = Worker::start(&[server.url()], config("a", ttl, 1), 2).await;
     let before = converged(&js, &[&a], 2, &[("a", &[0, 1])]).await;
@@ -940,15 +930,13 @@ async fn a_renewal_stored_after_it_timed_out_keeps_the_lease_and_a_foreign_write
         .expect("revoked");
     assert!(!fence1.is_valid());
     assert_eq!(a.stats().await.revoked, 1);
-    assert!(a.errors().is_empty(), "{:?}", a.errors());
+    assert_no_host_errors(&[&a]);
     a.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_the_host_gives_back_is_not_taken_again_by_it_for_a_ttl() {
-    logs();
-    let server = NatsServer::start().expect("nats-server");
-    let js = client_js(&server.url()).await;
+    let (server, js) = server_and_js().await;
     // A TTL long enough that "not at once" is seen many renewals apart, not by timing luck.
     let ttl = Duration::from_secs(6);
     let cfg = OwnershipConfig {
