@@ -74,6 +74,18 @@ fn lease_key(k: u32) -> String {
     format!("p.{k}")
 }
 
+/// Deletes `leases` (partition, epoch, last revision), each by compare-and-set on its last
+/// revision, all at once: (partition, epoch, what the server said) for each.
+async fn delete_leases(
+    bucket: &Bucket,
+    leases: Vec<(u32, u64, u64)>,
+) -> Vec<(u32, u64, Result<u64, WriteError>)> {
+    futures::future::join_all(leases.into_iter().map(|(k, epoch, rev)| async move {
+        (k, epoch, bucket.delete_if(&lease_key(k), rev).await)
+    }))
+    .await
+}
+
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -396,13 +408,7 @@ impl Driver {
         if lost.is_empty() {
             return;
         }
-        let bucket = &self.bucket;
-        let results =
-            futures::future::join_all(lost.into_iter().map(|(k, epoch, rev)| async move {
-                (k, epoch, bucket.delete_if(&lease_key(k), rev).await)
-            }))
-            .await;
-        for (k, epoch, result) in results {
+        for (k, epoch, result) in delete_leases(&self.bucket, lost).await {
             match result {
                 Ok(_) => {
                     tracing::info!(worker = %self.me(), partition = k, epoch, "lapsed lease released");
@@ -460,13 +466,7 @@ impl Driver {
 
     /// Deletes released leases (compare-and-set on their last revisions), all at once.
     async fn delete_released(&mut self, leases: Vec<(u32, u64, u64)>) {
-        let bucket = &self.bucket;
-        let results =
-            futures::future::join_all(leases.into_iter().map(|(k, epoch, rev)| async move {
-                (k, epoch, bucket.delete_if(&lease_key(k), rev).await)
-            }))
-            .await;
-        for (k, epoch, result) in results {
+        for (k, epoch, result) in delete_leases(&self.bucket, leases).await {
             match result {
                 Ok(_) => {
                     self.shared.released.fetch_add(1, Ordering::Relaxed);
