@@ -137,6 +137,12 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// A task waiting on `fence.revoked()`.
+    fn spawn_waiter(fence: &Fence) -> tokio::task::JoinHandle<()> {
+        let f = fence.clone();
+        tokio::spawn(async move { f.revoked().await })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_fence_is_valid_until_its_deadline_and_a_renewal_moves_it() {
         let fence = Fence::new(3, 17, Instant::now() + Duration::from_secs(2));
@@ -172,10 +178,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn revoking_wakes_every_waiter_and_is_final() {
         let fence = Fence::new(1, 9, Instant::now() + Duration::from_secs(60));
-        let waiter = {
-            let f = fence.clone();
-            tokio::spawn(async move { f.revoked().await })
-        };
+        let waiter = spawn_waiter(&fence);
         tokio::time::advance(Duration::from_millis(10)).await;
         assert!(!waiter.is_finished());
         fence.revoke();
@@ -190,10 +193,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn revoked_waits_for_a_renewed_deadline() {
         let fence = Fence::new(1, 9, Instant::now() + Duration::from_secs(1));
-        let waiter = {
-            let f = fence.clone();
-            tokio::spawn(async move { f.revoked().await })
-        };
+        let waiter = spawn_waiter(&fence);
         tokio::time::advance(Duration::from_millis(900)).await;
         fence.extend_to(Instant::now() + Duration::from_secs(1));
         tokio::time::advance(Duration::from_millis(500)).await;
