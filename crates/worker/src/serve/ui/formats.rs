@@ -510,29 +510,27 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_final_text_that_does_not_extend_the_deltas_is_said_apart_in_ag_ui() {
-        let mut t = Translator::new(Format::AgUi, "c", "m");
+    /// What `format` sends for the completion of call `a` started, previewed as `{"city": `, then
+    /// completed as `{"city":"Paris"}` (a final text that does not extend the delta).
+    fn completed_after_a_diverging_delta(format: Format) -> Vec<Value> {
+        let mut t = Translator::new(format, "c", "m");
         t.translate(&call_event("tool_call.started", "a", Value::Null, ""));
         t.translate(&delta_event("a", 0, "{\"city\": "));
-        let parts = t.translate(&call_event(
+        t.translate(&call_event(
             "tool_call.completed",
             "a",
             json!({"city": "Paris"}),
             "{\"city\":\"Paris\"}",
-        ));
+        ))
+    }
+
+    #[test]
+    fn a_final_text_that_does_not_extend_the_deltas_is_said_apart_in_ag_ui() {
+        let parts = completed_after_a_diverging_delta(Format::AgUi);
         assert_eq!(text_of(&parts).1, ["CUSTOM", "TOOL_CALL_END"]);
         assert_eq!(parts[0]["name"], "toolstream.tool_call.arguments");
         assert_eq!(parts[0]["value"]["rawArguments"], "{\"city\":\"Paris\"}");
-        let mut t = Translator::new(Format::AiSdk, "c", "m");
-        t.translate(&call_event("tool_call.started", "a", Value::Null, ""));
-        t.translate(&delta_event("a", 0, "{\"city\": "));
-        let parts = t.translate(&call_event(
-            "tool_call.completed",
-            "a",
-            json!({"city": "Paris"}),
-            "{\"city\":\"Paris\"}",
-        ));
+        let parts = completed_after_a_diverging_delta(Format::AiSdk);
         assert_eq!(
             text_of(&parts).1,
             ["tool-input-available"],
