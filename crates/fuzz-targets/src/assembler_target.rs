@@ -13,13 +13,31 @@
 //!   deliveries and duplicates included);
 //! - at most one `message.completed` per message, at most one terminal event per call.
 //!
-//! Input format: a sequence of ops, each an op byte followed by its operands (missing bytes
-//! read as 0); see [`Op`] and [`encode`], which writes the same format (seeds are written
-//! with it).
+//! With previews on (a [`Setup`] header, below), also the `tool_call.delta` contract (README
+//! "Events"):
+//! - a call's deltas come after its `tool_call.started`, never after its terminal event or
+//!   its message's `message.completed`, and name the call as `started` did (`arguments`
+//!   `null`, `raw_arguments` `""`);
+//! - they are contiguous: each `arguments_offset` is the total length of the call's earlier
+//!   `arguments_delta`s, each delta non-empty and at least `min_bytes` long;
+//! - their concatenation is a prefix of the call's `raw_arguments` on its terminal event
+//!   (OpenAI chat never restates a call's input);
+//! - `partial_arguments`, when present, is not `null` and is exactly
+//!   `partial_json(concatenation so far)` (the whole text so far, since the deltas are
+//!   contiguous).
+//!
+//! Input format: an optional [`Setup`] header, then a sequence of ops, each an op byte
+//! followed by its operands (missing bytes read as 0); see [`Op`] and [`encode`] /
+//! [`encode_with`], which write the same format (seeds are written with them).
+//!
+//! The header is a first byte `0xF0..=0xFF` (flags in its low nibble, [`Setup::read`]) and
+//! four parameter bytes. Inputs written before it existed (seeds, regressions, corpora
+//! whose first byte is below `0xF0`) decode exactly as before: no header, previews off.
 
-use assembler::{Applied, Config, Control, Input, InputKind, OutboxKind, Seq, Store};
+use assembler::core::preview::partial_json;
+use assembler::{Applied, Config, Control, Input, InputKind, OutboxKind, Previews, Seq, Store};
 use chunk_model::{Event, Provider};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Messages of the conversation (`m0`..).
 pub const MESSAGES: u8 = 3;
@@ -114,6 +132,97 @@ pub enum Op {
     },
 }
 
+/// How a run is configured, from the optional header of its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Setup {
+    /// Previews on, with these throttle values (`None`: off, the default).
+    pub previews: Option<Previews>,
+    /// Most message states kept in memory (`None`: the default, which holds them all here);
+    /// `Some(1)` makes the store read messages (and a preview's text) back from storage.
+    pub message_cache_entries: Option<usize>,
+    /// Milliseconds the clock moves before each chunk (0 without a header), so the previews'
+    /// `min_interval_ms` throttle is passed between chunks, not only at ticks.
+    pub chunk_step_ms: u64,
+}
+
+/// First byte of a header: `0xF0` and up (no op byte of [`encode`] is that large).
+pub const HEADER: u8 = 0xF0;
+/// Header flag: previews on.
+pub const FLAG_PREVIEWS: u8 = 1;
+/// Header flag: a message cache of one entry.
+pub const FLAG_SMALL_CACHE: u8 = 2;
+
+/// `partial_max_bytes` values a header picks from (`byte % 4`).
+pub const PARTIAL_MAX_BYTES: [usize; 4] = [0, 8, 64, 16 * 1024];
+
+impl Setup {
+    /// Reads the header of `data`, if it has one, and returns the rest. Header: `0xF0 |
+    /// flags` ([`FLAG_PREVIEWS`], [`FLAG_SMALL_CACHE`]), then `min_bytes` (`1 + b % 16`),
+    /// `min_interval_ms` (`b % 51`), `partial_max_bytes` ([`PARTIAL_MAX_BYTES`]`[b % 4]`),
+    /// the clock step per chunk (`b % 21` ms); missing bytes read as 0.
+    pub fn read(data: &[u8]) -> (Setup, &[u8]) {
+        let Some((&first, rest)) = data.split_first() else {
+            return (Setup::default(), data);
+        };
+        if first < HEADER {
+            return (Setup::default(), data);
+        }
+        let mut r = Reader { data: rest };
+        let flags = first & 0x0F;
+        let (min_bytes, interval, partial, step) = (r.byte(), r.byte(), r.byte(), r.byte());
+        let setup = Setup {
+            previews: (flags & FLAG_PREVIEWS != 0).then(|| Previews {
+                enabled: true,
+                min_bytes: 1 + usize::from(min_bytes % 16),
+                min_interval_ms: u64::from(interval % 51),
+                partial_max_bytes: PARTIAL_MAX_BYTES[usize::from(partial % 4)],
+            }),
+            message_cache_entries: (flags & FLAG_SMALL_CACHE != 0).then_some(1),
+            chunk_step_ms: u64::from(step % 21),
+        };
+        (setup, r.data)
+    }
+
+    /// The header that [`Setup::read`] reads as this setup (values outside the ranges it
+    /// picks from are taken modulo them); empty for the default setup.
+    pub fn header(&self) -> Vec<u8> {
+        if *self == Setup::default() {
+            return Vec::new();
+        }
+        let mut flags = 0;
+        let p = self.previews.unwrap_or_default();
+        if self.previews.is_some() {
+            flags |= FLAG_PREVIEWS;
+        }
+        if self.message_cache_entries.is_some() {
+            flags |= FLAG_SMALL_CACHE;
+        }
+        let partial = PARTIAL_MAX_BYTES
+            .iter()
+            .position(|b| *b == p.partial_max_bytes)
+            .unwrap_or(3);
+        vec![
+            HEADER | flags,
+            p.min_bytes.saturating_sub(1) as u8,
+            p.min_interval_ms as u8,
+            partial as u8,
+            self.chunk_step_ms as u8,
+        ]
+    }
+
+    /// The store's config for this setup (see [`config`]).
+    pub fn config(&self) -> Config {
+        let mut c = config();
+        if let Some(p) = self.previews {
+            c.previews = p;
+        }
+        if let Some(n) = self.message_cache_entries {
+            c.message_cache_entries = n;
+        }
+        c
+    }
+}
+
 /// The argument text a call will send, chosen by `plan` from `text`: a JSON object holding
 /// the text as a string, the text itself (any bytes, as UTF-8), `{}`, or a nested array.
 pub fn plan_text(plan: u8, text: &[u8]) -> String {
@@ -202,7 +311,14 @@ pub fn ops(data: &[u8]) -> Vec<Op> {
     out
 }
 
-/// Writes `ops` in the format [`ops`] reads (for seeds).
+/// Writes `setup`'s header and `ops`, as [`Setup::read`] and [`ops`] read them (for seeds).
+pub fn encode_with(setup: &Setup, ops: &[Op]) -> Vec<u8> {
+    let mut out = setup.header();
+    out.extend(encode(ops));
+    out
+}
+
+/// Writes `ops` in the format [`ops`] reads (for seeds), with no header.
 pub fn encode(ops: &[Op]) -> Vec<u8> {
     fn bytes(out: &mut Vec<u8>, b: &[u8]) {
         let n = b.len().min(63);
@@ -323,12 +439,14 @@ fn next_piece(plan: &str, sent: usize, take: u8) -> (String, usize) {
 struct Run {
     store: Store,
     now: u64,
+    step_ms: u64,
     messages: BTreeMap<u8, MessagePlan>,
     result_seq: u64,
 }
 
 impl Run {
     fn apply_chunk(&mut self, msg: u8, seq: u64, body: &[u8], control: Option<Control>) {
+        self.now += self.step_ms;
         let id = msg_id(msg);
         let input = Input {
             kind: InputKind::Chunk,
@@ -511,14 +629,51 @@ pub struct Checked {
     pub events: usize,
     /// `completed` calls whose arguments were compared with what was sent.
     pub completed_compared: usize,
+    /// `tool_call.delta` events checked.
+    pub deltas: usize,
+    /// Deltas whose `partial_arguments` was compared with `partial_json` of the text so far.
+    pub partials: usize,
+    /// Ended calls whose deltas' text was compared with their final arguments.
+    pub delta_prefixes_compared: usize,
+}
+
+/// A store built by running the ops of `data` (with its [`Setup`] header, if any), flushed,
+/// and the message ids it was sent (`m0`..). For other targets (a checkpoint of it).
+pub fn build_store(data: &[u8]) -> (Store, Vec<String>) {
+    let (setup, data) = Setup::read(data);
+    let mut run = Run {
+        store: Store::open_memory(setup.config()).expect("open"),
+        now: 1,
+        step_ms: setup.chunk_step_ms,
+        messages: BTreeMap::new(),
+        result_seq: 0,
+    };
+    for op in ops(data) {
+        run.op(op);
+    }
+    run.store.flush().expect("flush");
+    let ids = run.messages.keys().map(|m| msg_id(*m)).collect();
+    (run.store, ids)
+}
+
+/// What the deltas of one call said so far.
+#[derive(Default)]
+struct DeltaTrack {
+    /// The call's id on its `tool_call.started`.
+    started: Option<String>,
+    terminal: bool,
+    /// The deltas' text, concatenated.
+    text: String,
 }
 
 /// [`assembler`], saying how much it checked (so tests can show the checks are not vacuous).
 pub fn assembler_checked(data: &[u8]) -> Checked {
     let mut checked = Checked::default();
+    let (setup, data) = Setup::read(data);
     let mut run = Run {
-        store: Store::open_memory(config()).expect("open"),
+        store: Store::open_memory(setup.config()).expect("open"),
         now: 1,
+        step_ms: setup.chunk_step_ms,
         messages: BTreeMap::new(),
         result_seq: 0,
     };
@@ -530,6 +685,7 @@ pub fn assembler_checked(data: &[u8]) -> Checked {
     let mut ids = HashSet::new();
     let mut completed_messages = HashSet::new();
     let mut terminal_calls = HashSet::new();
+    let mut deltas: HashMap<(String, u32), DeltaTrack> = HashMap::new();
     for row in rows.iter().filter(|r| r.kind == OutboxKind::Event) {
         let ev: Event = serde_json::from_slice(&row.payload).expect("an event reads back");
         checked.events += 1;
@@ -546,14 +702,66 @@ pub fn assembler_checked(data: &[u8]) -> Checked {
         let Some(call) = &ev.tool_call else {
             continue;
         };
-        if matches!(
-            ty,
-            "tool_call.completed" | "tool_call.invalid" | "tool_call.abandoned"
-        ) {
-            assert!(
-                terminal_calls.insert((ev.message_id.clone(), call.index)),
-                "two terminal events for one call: {ev:?}"
-            );
+        let track = deltas
+            .entry((ev.message_id.clone(), call.index))
+            .or_default();
+        match ty {
+            "tool_call.started" => {
+                assert!(track.started.is_none(), "started twice: {ev:?}");
+                track.started = Some(call.id.clone());
+            }
+            "tool_call.delta" => {
+                let p = setup.previews.expect("a delta only with previews on");
+                assert_eq!(
+                    track.started.as_deref(),
+                    Some(call.id.as_str()),
+                    "a delta after its call's started, naming the same call: {ev:?}"
+                );
+                assert!(!track.terminal, "a delta after its call's end: {ev:?}");
+                assert!(
+                    !completed_messages.contains(&ev.message_id),
+                    "a delta after message.completed: {ev:?}"
+                );
+                assert!(call.arguments.is_null() && call.raw_arguments.is_empty());
+                let text = ev.arguments_delta.as_deref().expect("arguments_delta");
+                assert_eq!(
+                    ev.arguments_offset,
+                    Some(track.text.len() as u64),
+                    "deltas are contiguous: {ev:?}"
+                );
+                assert!(
+                    !text.is_empty() && text.len() >= p.min_bytes.max(1),
+                    "a delta carries at least min_bytes: {ev:?}"
+                );
+                track.text.push_str(text);
+                if let Some(partial) = &ev.partial_arguments {
+                    assert!(!partial.is_null(), "partial_arguments null: {ev:?}");
+                    assert_eq!(
+                        Some(partial),
+                        partial_json(&track.text).as_ref(),
+                        "partial_arguments is the partial parse of the text so far"
+                    );
+                    checked.partials += 1;
+                }
+                checked.deltas += 1;
+            }
+            "tool_call.completed" | "tool_call.invalid" | "tool_call.abandoned" => {
+                assert!(
+                    terminal_calls.insert((ev.message_id.clone(), call.index)),
+                    "two terminal events for one call: {ev:?}"
+                );
+                track.terminal = true;
+                assert!(
+                    call.raw_arguments.starts_with(&track.text),
+                    "a call's deltas concatenate to a prefix of its final arguments: \
+                     deltas {:?}, final {ev:?}",
+                    track.text
+                );
+                if !track.text.is_empty() {
+                    checked.delta_prefixes_compared += 1;
+                }
+            }
+            _ => {}
         }
         if ty != "tool_call.completed" {
             continue;

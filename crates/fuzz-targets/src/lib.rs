@@ -18,7 +18,10 @@
 //! - [`assembler`] — a generated sequence of chunks, results, controls and ticks for a few
 //!   messages through the real [`assembler::Store`] (in memory), checking that a completed
 //!   call's arguments are exactly what was sent when nothing was lost, and that every event
-//!   id is unique.
+//!   id is unique; with previews on (a header flag), the `tool_call.delta` contract.
+//! - [`previews`] — `partial_json` (a delta's `partial_arguments`) on every prefix of a text.
+//! - [`checkpoint`] — store checkpoints: arbitrary or damaged files imported (an error or a
+//!   store, never a panic), an undamaged export imported equal to its original.
 //! - [`seeds`] — seed inputs for each target, made from `tests/recordings/`.
 //! - [`TARGETS`] — every target by name, as the corpus directories are named.
 
@@ -27,9 +30,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod assembler_target;
+pub mod checkpoint_target;
+pub mod previews_target;
 pub mod seeds;
 
 pub use assembler_target::{assembler, assembler_checked, Checked};
+pub use checkpoint_target::{checkpoint, checkpoint_checked, CheckpointChecked};
+pub use previews_target::{previews, previews_checked, PreviewsChecked};
 
 use chunk_model::depth::{value_depth, MAX_ARGUMENT_DEPTH};
 use chunk_model::encode::{parse_history, HistoryFormat};
@@ -55,13 +62,15 @@ pub const PROVIDERS: [Provider; 7] = [
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target.
-pub const TARGETS: [Target; 6] = [
+pub const TARGETS: [Target; 8] = [
     ("decode", decode),
     ("framing", framing),
     ("partial_args", partial_args),
     ("result", result),
     ("history", history),
     ("assembler", assembler),
+    ("previews", previews),
+    ("checkpoint", checkpoint),
 ];
 
 /// Reads `data[1..]` as a JSON array of history messages in format

@@ -1,14 +1,18 @@
 //! Seed inputs for every target, made from the recorded provider streams in
 //! `tests/recordings/<provider>/` (one seed per chunk for `decode`, whole recordings for
-//! `framing`, Vertex pieces for `partial_args`) and from a few hand-written inputs (tool
-//! results, generator scripts). `cargo run -p toolstream-fuzz-targets --example make_seeds`
+//! `framing`, Vertex pieces for `partial_args`, each call's argument text for `previews`)
+//! and from a few hand-written inputs (tool results, generator scripts, with and without
+//! previews; checkpoints exported from the stores those scripts build, whole and damaged). `cargo run -p toolstream-fuzz-targets --example make_seeds`
 //! writes them to `fuzz/seeds/<target>/` (not committed: they are made from the recordings,
 //! so they never go stale).
 
-use crate::assembler_target::{encode, Op};
+use crate::assembler_target::{build_store, encode, encode_with, Op, Setup};
+use crate::checkpoint_target::{structured_input, Damage};
 use crate::{piece_line, provider_byte};
+use assembler::Previews;
 use chunk_model::framing;
 use chunk_model::{ChunkEvent, Provider};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// One seed: its target, a file name, the bytes.
@@ -73,6 +77,8 @@ pub fn all(recordings: &Path) -> std::io::Result<Vec<Seed>> {
                 continue;
             };
             let mut pieces = Vec::new();
+            // each call's argument text, by its reference (as a JSON text), in order
+            let mut texts: BTreeMap<String, String> = BTreeMap::new();
             for (n, frame) in frames.iter().enumerate() {
                 let mut data = vec![provider_byte(provider)];
                 data.extend_from_slice(&frame.data);
@@ -84,10 +90,21 @@ pub fn all(recordings: &Path) -> std::io::Result<Vec<Seed>> {
                 if let Ok(events) = chunk_model::decode(provider, &frame.data) {
                     for ev in events {
                         if let ChunkEvent::CallFragment(f) = ev {
+                            if let Some(text) = &f.arguments {
+                                let at = serde_json::to_string(&f.at).unwrap_or_default();
+                                texts.entry(at).or_default().push_str(text);
+                            }
                             pieces.extend(f.path_values);
                         }
                     }
                 }
+            }
+            for (n, text) in texts.values().filter(|t| !t.is_empty()).enumerate() {
+                out.push(Seed {
+                    target: "previews",
+                    name: format!("{stem}-call{n}"),
+                    data: text.clone().into_bytes(),
+                });
             }
             if !pieces.is_empty() {
                 let lines: Vec<Vec<u8>> = pieces.iter().map(piece_line).collect();
@@ -221,11 +238,111 @@ pub fn hand_written() -> Vec<Seed> {
             ],
         ),
     ];
-    for (name, ops) in scripts {
-        out.push(seed("assembler", name, encode(&ops)));
+    // previews on: a delta per chunk with a full partial parse; then throttled, with a
+    // small partial bound, a message cache of one (texts read back from storage) and a clock
+    // that moves between chunks
+    let every_chunk = Setup {
+        previews: Some(Previews {
+            enabled: true,
+            min_bytes: 1,
+            min_interval_ms: 0,
+            partial_max_bytes: 16 * 1024,
+        }),
+        message_cache_entries: None,
+        chunk_step_ms: 0,
+    };
+    let throttled = Setup {
+        previews: Some(Previews {
+            enabled: true,
+            min_bytes: 4,
+            min_interval_ms: 20,
+            partial_max_bytes: 8,
+        }),
+        message_cache_entries: Some(1),
+        chunk_step_ms: 7,
+    };
+    for (name, ops) in &scripts {
+        out.push(seed("assembler", name, encode(ops)));
+        out.push(seed(
+            "assembler",
+            &format!("{name}-previews"),
+            encode_with(&every_chunk, ops),
+        ));
+        out.push(seed(
+            "assembler",
+            &format!("{name}-previews-throttled"),
+            encode_with(&throttled, ops),
+        ));
     }
+    out.extend(checkpoints(&scripts, &every_chunk));
+    out.extend(previews_texts());
     out.extend(histories());
     out
+}
+
+/// `checkpoint` seeds: the export of each script's store as a raw file (mode 0), and the
+/// structured inputs that export it untouched, with a bit flipped in a record, cut short, and
+/// with a byte inserted.
+fn checkpoints(scripts: &[(&str, Vec<Op>)], previews: &Setup) -> Vec<Seed> {
+    let mut out = Vec::new();
+    for (name, ops) in scripts {
+        let script = encode_with(previews, ops);
+        let (store, _) = build_store(&script);
+        let file = std::env::temp_dir().join(format!(
+            "toolstream-fuzz-seed-{}-{name}",
+            std::process::id()
+        ));
+        if store.export_checkpoint(&file).is_ok() {
+            if let Ok(bytes) = std::fs::read(&file) {
+                let mut data = vec![0];
+                data.extend(bytes);
+                out.push(seed("checkpoint", &format!("{name}-export"), data));
+            }
+        }
+        let _ = std::fs::remove_file(&file);
+        for (suffix, damages) in [
+            ("untouched", vec![]),
+            ("flipped", vec![Damage::Flip { at: 40, value: 3 }]),
+            ("cut", vec![Damage::Cut { at: 100 }]),
+            ("inserted", vec![Damage::Insert { at: 9, value: 7 }]),
+        ] {
+            out.push(seed(
+                "checkpoint",
+                &format!("{name}-{suffix}"),
+                structured_input(&damages, &script),
+            ));
+        }
+    }
+    out.push(seed("checkpoint", "empty", vec![0]));
+    out.push(seed(
+        "checkpoint",
+        "magic-only",
+        b"\0TSCKPT1\nEND\n\0\0\0\0\0\0\0\0".to_vec(),
+    ));
+    out
+}
+
+/// `previews` seeds that no recording holds: escapes cut anywhere, surrogate pairs, number
+/// tails, literals, nesting.
+fn previews_texts() -> Vec<Seed> {
+    [
+        (
+            "escapes",
+            r#"{"path":"C:\\tmp\\a\"b\"","u":"\u00e9\ud83d\ude00\n"}"#,
+        ),
+        (
+            "numbers",
+            r#"{"a":-12.5e+3,"b":[0,1E-2,-0.0],"c":1234567890123456789012}"#,
+        ),
+        ("literals", r#"[true,false,null,{"t":true}]"#),
+        ("nested", r#"{"a":[{"b":[{"c":[[[]]]}]}],"d":{}}"#),
+        ("string", r#""just a string with \"quotes\"""#),
+        ("spaces", " {\n \"a\" : [ 1 , 2 ] ,\t\"b\" : \"x\" }\n"),
+        ("unicode", "{\"ключ\":\"значение 😀\",\"k\":\"\\u2028\"}"),
+    ]
+    .into_iter()
+    .map(|(name, text)| seed("previews", name, text.as_bytes().to_vec()))
+    .collect()
 }
 
 /// One conversation (two calls, one result, one orphaned result) rendered in every history

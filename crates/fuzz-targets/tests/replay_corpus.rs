@@ -81,3 +81,107 @@ fn the_assembler_target_compares_completed_arguments_with_what_was_sent() {
     );
     assert!(lost.events > 0);
 }
+
+fn hand_written(target: &str, name: &str) -> Vec<u8> {
+    seeds::hand_written()
+        .into_iter()
+        .find(|s| s.target == target && s.name == name)
+        .map(|s| s.data)
+        .unwrap_or_else(|| panic!("no {target} seed {name}"))
+}
+
+#[test]
+fn inputs_without_a_header_run_with_previews_off_as_before() {
+    use fuzz_targets::assembler_target::{encode, ops, Setup};
+    // every committed assembler input (seeds without a header, regressions) starts below the
+    // header byte, so it decodes to the same ops as before the header existed
+    let plain = hand_written("assembler", "two-calls-completed");
+    let (setup, rest) = Setup::read(&plain);
+    assert_eq!(setup, Setup::default());
+    assert_eq!(rest, &plain[..]);
+    assert_eq!(encode(&ops(rest)), plain);
+    let root = seeds::fuzz_dir().join("regressions/assembler");
+    for file in files(&root) {
+        let data = std::fs::read(&file).unwrap();
+        assert_eq!(Setup::read(&data).0, Setup::default(), "{}", file.display());
+    }
+    // a header reads back as the setup it was written from
+    let with = hand_written("assembler", "two-calls-completed-previews-throttled");
+    let (setup, rest) = Setup::read(&with);
+    assert!(setup.previews.is_some() && setup.message_cache_entries == Some(1));
+    assert_eq!(setup.header(), with[..5].to_vec());
+    assert_eq!(rest, &plain[..]);
+    let off = assembler_checked(&plain);
+    assert_eq!(off.deltas, 0, "previews are off without a header");
+}
+
+#[test]
+fn the_assembler_target_checks_deltas_when_previews_are_on() {
+    // a delta per chunk: the calls' deltas are checked against their final arguments and
+    // their partial parses
+    let every = assembler_checked(&hand_written("assembler", "two-calls-completed-previews"));
+    assert!(every.deltas >= 3, "{every:?}");
+    assert!(every.partials >= 3, "{every:?}");
+    assert_eq!(every.delta_prefixes_compared, 2, "{every:?}");
+    assert_eq!(every.completed_compared, 2, "{every:?}");
+    // throttled, texts read back from storage (a cache of one message)
+    let throttled = assembler_checked(&hand_written(
+        "assembler",
+        "reordered-and-duplicated-previews-throttled",
+    ));
+    assert!(throttled.deltas >= 1, "{throttled:?}");
+    assert_eq!(throttled.delta_prefixes_compared, 1, "{throttled:?}");
+    assert!(throttled.deltas < every.deltas + 10);
+}
+
+#[test]
+fn the_previews_target_compares_whole_texts_with_their_parse() {
+    let all = seeds::all(&seeds::recordings_dir()).unwrap();
+    let previews: Vec<_> = all.iter().filter(|s| s.target == "previews").collect();
+    assert!(
+        previews.iter().any(|s| s.name.starts_with("openai-chat")),
+        "argument texts from the recordings"
+    );
+    // (a custom tool's free text is no JSON: it has no value, the rest do)
+    let mut compared = 0;
+    let mut with_values = 0;
+    for s in &previews {
+        let checked = fuzz_targets::previews_checked(&s.data);
+        with_values += usize::from(checked.values > 0);
+        compared += usize::from(checked.whole_compared);
+    }
+    assert!(
+        with_values + 2 >= previews.len(),
+        "{with_values} of {}",
+        previews.len()
+    );
+    assert!(
+        compared >= previews.len() / 2,
+        "{compared} of {}",
+        previews.len()
+    );
+    // a text that never starts JSON has no value and is not compared
+    let none = fuzz_targets::previews_checked(b"x{\"a\":1}");
+    assert_eq!(none, fuzz_targets::PreviewsChecked::default());
+}
+
+#[test]
+fn the_checkpoint_target_imports_an_undamaged_export_equal_and_refuses_damage() {
+    let untouched = fuzz_targets::checkpoint_checked(&hand_written(
+        "checkpoint",
+        "two-calls-completed-untouched",
+    ));
+    assert!(untouched.imported);
+    assert_eq!(untouched.snapshots_compared, 1, "{untouched:?}");
+    let raw =
+        fuzz_targets::checkpoint_checked(&hand_written("checkpoint", "two-calls-completed-export"));
+    assert!(raw.imported, "a raw export imports");
+    // a cut file is refused (its record count does not match)
+    let cut =
+        fuzz_targets::checkpoint_checked(&hand_written("checkpoint", "two-calls-completed-cut"));
+    assert!(!cut.imported, "{cut:?}");
+    let empty = fuzz_targets::checkpoint_checked(&hand_written("checkpoint", "empty"));
+    assert!(!empty.imported);
+    let magic = fuzz_targets::checkpoint_checked(&hand_written("checkpoint", "magic-only"));
+    assert!(magic.imported, "a checkpoint of no pairs is an empty store");
+}
