@@ -84,23 +84,9 @@ fn server_conf(ws_port: u16) -> String {
     )
 }
 
-/// The partition the server's mapping puts `conv` on (a query subject published with nobody
-/// answering, seen mapped).
+/// The partition the server's mapping puts `conv` on ([`common::partitions_of`]).
 async fn partition_of(admin: &async_nats::Client, conv: &str) -> u32 {
-    let mut sub = admin
-        .subscribe("toolstream.p.*.query.history.*")
-        .await
-        .unwrap();
-    admin.flush().await.unwrap();
-    admin
-        .publish(format!("toolstream.query.history.{conv}"), "".into())
-        .await
-        .unwrap();
-    let m = tokio::time::timeout(WAIT, sub.next())
-        .await
-        .expect("the mapped subject")
-        .expect("subscription open");
-    m.subject.split('.').nth(2).unwrap().parse().unwrap()
+    common::partitions_of(admin, &[conv.to_string()]).await[0]
 }
 
 fn calls(msg: &str, n: usize) -> Vec<Call> {

@@ -103,3 +103,30 @@ pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// The partition the server's subject mapping puts each conversation on: a core publish to
+/// each one's `toolstream.query.history.<conv>` (nobody answering), seen on the mapped
+/// `toolstream.p.<k>.query.history.<conv>`.
+pub async fn partitions_of(admin: &async_nats::Client, convs: &[String]) -> Vec<u32> {
+    use futures::StreamExt;
+    let mut sub = admin
+        .subscribe("toolstream.p.*.query.history.*")
+        .await
+        .expect("subscribe to the mapped query subjects");
+    admin.flush().await.expect("flush the subscription");
+    let mut out = Vec::new();
+    for conv in convs {
+        admin
+            .publish(format!("toolstream.query.history.{conv}"), "".into())
+            .await
+            .expect("publish a query");
+        let m = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .expect("mapped subject")
+            .expect("subscription open");
+        let tokens: Vec<&str> = m.subject.split('.').collect();
+        assert_eq!(tokens.last(), Some(&conv.as_str()), "{}", m.subject);
+        out.push(tokens[2].parse().expect("partition token"));
+    }
+    out
+}

@@ -148,32 +148,6 @@ async fn login(
     (client, refusals)
 }
 
-/// The partition the server's mapping puts each conversation on (asked with core requests to
-/// the mapped query subjects, nobody answering).
-async fn partitions_of(admin: &async_nats::Client, convs: &[String]) -> Vec<u32> {
-    use futures::StreamExt;
-    let mut sub = admin
-        .subscribe("toolstream.p.*.query.history.*")
-        .await
-        .unwrap();
-    admin.flush().await.unwrap();
-    let mut out = Vec::new();
-    for conv in convs {
-        admin
-            .publish(format!("toolstream.query.history.{conv}"), "".into())
-            .await
-            .unwrap();
-        let m = tokio::time::timeout(WAIT, sub.next())
-            .await
-            .expect("mapped subject")
-            .expect("subscription open");
-        let tokens: Vec<&str> = m.subject.split('.').collect();
-        assert_eq!(tokens.last(), Some(&conv.as_str()), "{}", m.subject);
-        out.push(tokens[2].parse().expect("partition token"));
-    }
-    out
-}
-
 /// A server running the deploy configuration (edited by `edit`), the partition of
 /// [`CONV_A`], another conversation on the same partition, and an admin client.
 struct Deployed {
