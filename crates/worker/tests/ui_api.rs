@@ -107,20 +107,15 @@ fn agrees(snapshot: &Value, events: &[(u64, Value)], offset: u64) -> Result<(), 
 async fn the_ui_api_checks_tokens_origins_and_limits_and_its_snapshot_offset_is_exact() {
     let server = NatsServer::start().expect("nats-server");
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("ui.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let worker = OpsWorker::start_with_config(
+        &server.url(),
+        dir.path(),
+        "ui.toml",
+        &format!(
             "[ui]\ntoken = \"{TOKEN}\"\ncors_origins = [\"http://app.test\"]\nmax_streams = 2\n"
         ),
     )
-    .unwrap();
-    let worker = OpsWorker::start_with(
-        &server.url(),
-        &dir.path().join("data"),
-        &["--config", config.to_str().unwrap()],
-    );
-    worker.wait_status("/healthz", 200).await;
+    .await;
     let port = worker.metrics_port;
     let client = common::client(&server.url()).await;
     let js = async_nats::jetstream::new(client.clone());

@@ -254,19 +254,14 @@ async fn with_previews_the_real_client_libraries_read_the_arguments_as_they_arri
     let clients = tokio::task::spawn_blocking(ui_clients);
     let server = NatsServer::start().expect("nats-server");
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolstream.toml");
-    // a delta after every fragment
-    std::fs::write(
-        &config,
+    let worker = OpsWorker::start_with_config(
+        &server.url(),
+        dir.path(),
+        "toolstream.toml",
+        // a delta after every fragment
         "[assembler.previews]\nenabled = true\nmin_bytes = 1\nmin_interval_ms = 0\n",
     )
-    .unwrap();
-    let worker = OpsWorker::start_with(
-        &server.url(),
-        &dir.path().join("data"),
-        &["--config", config.to_str().unwrap()],
-    );
-    worker.wait_status("/healthz", 200).await;
+    .await;
     let port = worker.metrics_port;
     let client = common::client(&server.url()).await;
     let producer = Producer::new(async_nats::jetstream::new(client.clone()));

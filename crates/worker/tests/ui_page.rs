@@ -114,19 +114,14 @@ async fn the_live_page_shows_calls_resumes_after_a_worker_kill_and_shows_the_sam
     let clients = tokio::task::spawn_blocking(ui_support::ui_clients);
     let server = toolstream_testkit::NatsServer::start().expect("nats-server");
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolstream.toml");
-    // previews after every fragment (what the page shows must not depend on timing)
-    std::fs::write(
-        &config,
+    let mut worker = OpsWorker::start_with_config(
+        &server.url(),
+        dir.path(),
+        "toolstream.toml",
+        // previews after every fragment (what the page shows must not depend on timing)
         "[assembler.previews]\nenabled = true\nmin_bytes = 1\nmin_interval_ms = 0\n",
     )
-    .unwrap();
-    let mut worker = OpsWorker::start_with(
-        &server.url(),
-        &dir.path().join("data"),
-        &["--config", config.to_str().unwrap()],
-    );
-    worker.wait_status("/healthz", 200).await;
+    .await;
     let client = common::client(&server.url()).await;
     let js = async_nats::jetstream::new(client.clone());
     let producer = Producer::new(js.clone());

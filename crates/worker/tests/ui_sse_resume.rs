@@ -72,18 +72,13 @@ async fn a_client_resumes_with_last_event_id_after_a_cut_and_after_a_worker_sigk
 ) {
     let server = NatsServer::start().expect("nats-server");
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("ui.toml");
-    std::fs::write(
-        &config,
-        format!("[ui]\ntoken = \"{TOKEN}\"\nheartbeat = \"1s\"\n"),
-    )
-    .unwrap();
-    let mut worker = OpsWorker::start_with(
+    let mut worker = OpsWorker::start_with_config(
         &server.url(),
-        &dir.path().join("data"),
-        &["--config", config.to_str().unwrap()],
-    );
-    worker.wait_status("/healthz", 200).await;
+        dir.path(),
+        "ui.toml",
+        &format!("[ui]\ntoken = \"{TOKEN}\"\nheartbeat = \"1s\"\n"),
+    )
+    .await;
     let port = worker.metrics_port;
     let client = common::client(&server.url()).await;
     let js = async_nats::jetstream::new(client.clone());

@@ -316,18 +316,13 @@ async fn ui_stream_metrics_count_open_opened_closed_behind_and_rejected_streams(
     const TOKEN: &str = "ui-metrics-token-0123456789";
     let server = NatsServer::start().expect("nats-server");
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("ui.toml");
-    std::fs::write(
-        &config,
-        format!("[ui]\ntoken = \"{TOKEN}\"\nmax_streams = 2\nwrite_timeout = \"1s\"\n"),
-    )
-    .unwrap();
-    let worker = OpsWorker::start_with(
+    let worker = OpsWorker::start_with_config(
         &server.url(),
-        &dir.path().join("data"),
-        &["--config", config.to_str().unwrap()],
-    );
-    worker.wait_status("/healthz", 200).await;
+        dir.path(),
+        "ui.toml",
+        &format!("[ui]\ntoken = \"{TOKEN}\"\nmax_streams = 2\nwrite_timeout = \"1s\"\n"),
+    )
+    .await;
     let port = worker.metrics_port;
     let w = &worker;
     let metric = move |name: &'static str| async move {

@@ -36,6 +36,19 @@ impl OpsWorker {
         }
     }
 
+    /// [`OpsWorker::start_with`] on a config file: writes `toml` to `dir/<file>`, starts the
+    /// worker with `--config` it and its store in `dir/data`, and waits for `/healthz` 200.
+    pub async fn start_with_config(url: &str, dir: &Path, file: &str, toml: &str) -> OpsWorker {
+        let config = dir.join(file);
+        std::fs::write(&config, toml).unwrap_or_else(|e| panic!("write {}: {e}", config.display()));
+        let config = config
+            .to_str()
+            .unwrap_or_else(|| panic!("{} is not UTF-8", config.display()));
+        let worker = OpsWorker::start_with(url, &dir.join("data"), &["--config", config]);
+        worker.wait_status("/healthz", 200).await;
+        worker
+    }
+
     /// GET `path` on the metrics port: (status, body).
     pub async fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
         http_get(self.metrics_port, path).await
