@@ -21,39 +21,11 @@ mod ui_support;
 use common::Producer;
 use ops_support::OpsWorker;
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 use toolstream_testkit::{openai, NatsServer};
-use ui_support::{request, ui_clients};
+use ui_support::{check, request, ui_clients};
 
 const CONV: &str = "ui-formats";
-
-/// Runs `node check.mjs <format>` on an SSE body; its JSON answer.
-fn check(dir: &Path, format: &str, body: &str) -> Value {
-    use std::io::Write;
-    let mut child = Command::new("node")
-        .args(["check.mjs", format])
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run node");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the {format} client refused the stream: {}\n--- body ---\n{body}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// Publishes message `msg`: call 0 completes with `{"city":"Paris"}`, call 1 completes with
 /// `{"q":1}`, call 2 has broken JSON; then a result for 0 and a failed result for 1.

@@ -19,12 +19,10 @@ mod ui_support;
 use common::{eventually_async, Call, Producer, StreamLog};
 use ops_support::{sample, OpsWorker, WAIT};
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolstream_testkit::NatsServer;
-use ui_support::{request, Sse};
+use ui_support::{check, request, Sse};
 
 const READ: Duration = Duration::from_secs(30);
 
@@ -36,32 +34,6 @@ fn calls(msg: &str, n: usize) -> Vec<Call> {
             args: json!({"q": format!("{msg} {i}")}),
         })
         .collect()
-}
-
-/// Runs `node check.mjs <format>` (the real `ai` / `@ag-ui/core`) on an SSE body; its answer.
-fn check(dir: &Path, format: &str, body: &str) -> Value {
-    use std::io::Write;
-    let mut child = Command::new("node")
-        .args(["check.mjs", format])
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run node");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the {format} client refused the stream: {}\n--- body ---\n{body}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The `data:` values of an SSE body, in order.

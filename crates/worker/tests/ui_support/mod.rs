@@ -260,6 +260,33 @@ pub fn ui_clients() -> PathBuf {
     dir
 }
 
+/// Runs `node check.mjs <format>` in `dir` ([`ui_clients`]: the real `ai` / `@ag-ui/core`) on
+/// an SSE body; its JSON answer. Panics when the client refuses the stream.
+pub fn check(dir: &Path, format: &str, body: &str) -> serde_json::Value {
+    use std::io::Write;
+    let mut child = Command::new("node")
+        .args(["check.mjs", format])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run node");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the {format} client refused the stream: {}\n--- body ---\n{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The events of conversation `conv` on the events stream that `events` reads, once `want` of
 /// its messages completed, each with its result: (stream sequence, payload) in stream order.
 pub async fn conversation_done(
