@@ -27,17 +27,11 @@ use ui_support::{check, request, ui_clients};
 
 const CONV: &str = "ui-formats";
 
-/// Publishes message `msg`: call 0 completes with `{"city":"Paris"}`, call 1 completes with
-/// `{"q":1}`, call 2 has broken JSON; then a result for 0 and a failed result for 1.
-async fn publish(producer: &Producer, msg: &str) {
+/// Publishes message `msg` of [`CONV`] as an OpenAI chat completion, chunk by chunk in order:
+/// the role chunk, the tool-call chunks `calls`, the `tool_calls` finish and `[DONE]`.
+async fn publish_completion(producer: &Producer, msg: &str, calls: Vec<Vec<u8>>) {
     let mut chunks = vec![openai::role_chunk()];
-    chunks.push(openai::call_start(0, "call_ok", "get_weather"));
-    chunks.push(openai::args_chunk(0, "{\"city\":"));
-    chunks.push(openai::args_chunk(0, "\"Paris\"}"));
-    chunks.push(openai::call_start(1, "call_fails", "search"));
-    chunks.push(openai::args_chunk(1, "{\"q\":1}"));
-    chunks.push(openai::call_start(2, "call_bad", "book"));
-    chunks.push(openai::args_chunk(2, "{\"date\": 2026-12-01}"));
+    chunks.extend(calls);
     chunks.push(openai::finish_chunk("tool_calls"));
     chunks.push(openai::DONE.to_vec());
     for (seq, c) in chunks.iter().enumerate() {
@@ -45,6 +39,21 @@ async fn publish(producer: &Producer, msg: &str) {
             .chunk(CONV, msg, "openai-chat", seq as u64, c)
             .await;
     }
+}
+
+/// Publishes message `msg`: call 0 completes with `{"city":"Paris"}`, call 1 completes with
+/// `{"q":1}`, call 2 has broken JSON; then a result for 0 and a failed result for 1.
+async fn publish(producer: &Producer, msg: &str) {
+    let calls = vec![
+        openai::call_start(0, "call_ok", "get_weather"),
+        openai::args_chunk(0, "{\"city\":"),
+        openai::args_chunk(0, "\"Paris\"}"),
+        openai::call_start(1, "call_fails", "search"),
+        openai::args_chunk(1, "{\"q\":1}"),
+        openai::call_start(2, "call_bad", "book"),
+        openai::args_chunk(2, "{\"date\": 2026-12-01}"),
+    ];
+    publish_completion(producer, msg, calls).await;
     producer.result(CONV, msg, 0, "call_ok", "18°C").await;
     let failed =
         json!({"tool_call_id": "call_fails", "output": "search is down", "is_error": true});
@@ -203,21 +212,14 @@ const STREAMED: &str = "{\"city\":\"Paris\", \"days\": 3, \"note\": \"a \\\"quot
 /// Publishes message `msg`: call `call_live` whose arguments ([`STREAMED`]) arrive in small
 /// fragments, then its result.
 async fn publish_streamed(producer: &Producer, msg: &str) {
-    let mut chunks = vec![openai::role_chunk()];
-    chunks.push(openai::call_start(0, "call_live", "plan_trip"));
+    let mut calls = vec![openai::call_start(0, "call_live", "plan_trip")];
     let mut rest = STREAMED;
     while !rest.is_empty() {
         let cut = rest.char_indices().nth(5).map_or(rest.len(), |(i, _)| i);
-        chunks.push(openai::args_chunk(0, &rest[..cut]));
+        calls.push(openai::args_chunk(0, &rest[..cut]));
         rest = &rest[cut..];
     }
-    chunks.push(openai::finish_chunk("tool_calls"));
-    chunks.push(openai::DONE.to_vec());
-    for (seq, c) in chunks.iter().enumerate() {
-        producer
-            .chunk(CONV, msg, "openai-chat", seq as u64, c)
-            .await;
-    }
+    publish_completion(producer, msg, calls).await;
     producer.result(CONV, msg, 0, "call_live", "booked").await;
 }
 
