@@ -139,6 +139,19 @@ pub async fn drain(
     }
 }
 
+/// A subscription to every event the workers publish (`toolstream.events.>`), in place at the
+/// server (flushed) when this returns, so that nothing published afterwards is missed.
+pub async fn subscribe_events(
+    client: &async_nats::Client,
+) -> anyhow::Result<async_nats::Subscriber> {
+    let events = client
+        .subscribe("toolstream.events.>")
+        .await
+        .context("subscribe to events")?;
+    client.flush().await.context("flush")?;
+    Ok(events)
+}
+
 /// Publishes every input, at most 4,096 PubAcks outstanding, and checks the stream holds them
 /// all (none dropped as a duplicate).
 pub async fn preload(client: &async_nats::Client, backlog: &Backlog) -> anyhow::Result<()> {
@@ -202,11 +215,7 @@ async fn drain_worker(
     limit: Duration,
 ) -> anyhow::Result<Drained> {
     let js = jetstream::new(client.clone());
-    let mut events = client
-        .subscribe("toolstream.events.>")
-        .await
-        .context("subscribe")?;
-    client.flush().await.context("flush")?;
+    let mut events = subscribe_events(client).await?;
     let t0 = Instant::now();
     let mut worker = Worker::start(bin, url, dir, worker_args)?;
     let pid = worker.pid().context("worker pid")?;

@@ -142,11 +142,7 @@ pub async fn run(
     let js = async_nats::jetstream::ContextBuilder::new()
         .max_ack_inflight(args.conversations * args.in_flight.max(1) + 64)
         .build(client.clone());
-    let mut events = client
-        .subscribe("toolstream.events.>")
-        .await
-        .context("subscribe to events")?;
-    client.flush().await.context("flush")?;
+    let mut events = crate::drain::subscribe_events(&client).await?;
 
     let streams: Vec<Arc<Vec<streams::Stream>>> = (0..args.conversations)
         .map(|c| {

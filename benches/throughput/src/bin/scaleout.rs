@@ -121,11 +121,7 @@ async fn drain_with(
     }
     let client = async_nats::connect(server.url()).await.context("connect")?;
     drain::preload(&client, backlog).await?;
-    let mut events = client
-        .subscribe("toolstream.events.>")
-        .await
-        .context("subscribe")?;
-    client.flush().await.context("flush")?;
+    let mut events = drain::subscribe_events(&client).await?;
     let t0 = Instant::now();
     let mut fleet = Vec::new();
     for i in 0..workers {
