@@ -223,6 +223,11 @@ impl Model {
     }
 
     fn deliver(&mut self, kind: InputKind, msg: &str, seq: u64, body: &[u8], now: u64) {
+        // timers that ran out by this input's time come first, as a tick would have run them
+        if self.streams.contains_key(&(kind, msg.to_string())) {
+            self.expire_stream(&(kind, msg.to_string()), now);
+        }
+        self.expire_orphans(now);
         let st = self.streams.entry((kind, msg.to_string())).or_default();
         if seq < st.next || st.pending.contains_key(&seq) {
             return;
@@ -358,36 +363,57 @@ impl Model {
     fn tick(&mut self, now: u64) {
         let keys: Vec<(InputKind, String)> = self.streams.keys().cloned().collect();
         for key in &keys {
-            let st = self.streams.get_mut(key).unwrap();
-            if st.gap_since.is_none_or(|t| now - t < GAP) {
-                continue;
-            }
-            match key.0 {
-                InputKind::Chunk => {
-                    st.pending.clear();
-                    st.gap_since = None;
-                    st.closed = true;
-                    self.end(&key.1, Reason::Gap, now);
-                }
-                InputKind::Result => {
-                    let (first, body) = st.pending.pop_first().unwrap();
-                    st.next = first;
-                    self.apply_run(key.0, &key.1, body, now);
-                }
-            }
+            self.expire_gap(key, now);
         }
         for key in &keys {
-            if key.0 != InputKind::Chunk {
-                continue;
+            self.expire_idle(key, now);
+        }
+        self.expire_orphans(now);
+    }
+
+    /// The gap, else the idle timeout, of one stream (what the store runs before an input).
+    fn expire_stream(&mut self, key: &(InputKind, String), now: u64) {
+        if !self.expire_gap(key, now) {
+            self.expire_idle(key, now);
+        }
+    }
+
+    /// Returns whether the stream's gap ran out.
+    fn expire_gap(&mut self, key: &(InputKind, String), now: u64) -> bool {
+        let st = self.streams.get_mut(key).unwrap();
+        if st.gap_since.is_none_or(|t| now - t < GAP) {
+            return false;
+        }
+        match key.0 {
+            InputKind::Chunk => {
+                st.pending.clear();
+                st.gap_since = None;
+                st.closed = true;
+                self.end(&key.1, Reason::Gap, now);
             }
-            let open = self
-                .msgs
-                .get(&key.1)
-                .is_some_and(|m| m.phase != MessagePhase::Completed);
-            if open && now - self.streams[key].activity >= IDLE {
-                self.end(&key.1, Reason::Timeout, now);
+            InputKind::Result => {
+                let (first, body) = st.pending.pop_first().unwrap();
+                st.next = first;
+                self.apply_run(key.0, &key.1, body, now);
             }
         }
+        true
+    }
+
+    fn expire_idle(&mut self, key: &(InputKind, String), now: u64) {
+        if key.0 != InputKind::Chunk {
+            return;
+        }
+        let open = self
+            .msgs
+            .get(&key.1)
+            .is_some_and(|m| m.phase != MessagePhase::Completed);
+        if open && now - self.streams[key].activity >= IDLE {
+            self.end(&key.1, Reason::Timeout, now);
+        }
+    }
+
+    fn expire_orphans(&mut self, now: u64) {
         let due: Vec<String> = self
             .pending
             .iter()

@@ -64,6 +64,16 @@ fn admit(
         body: input.body,
         origin: input.origin.as_ref(),
     };
+    // Timeouts that ran out by this input's publish time come first, as a tick would have
+    // applied them (`store::tick::expire_due`).
+    super::tick::expire_due(
+        txn,
+        &skey,
+        input.kind,
+        input.conversation_id,
+        input.message_id,
+        now,
+    )?;
     // (before the stream is looked at: that creates it)
     let over_limit = input.kind == InputKind::Chunk
         && txn.inner.open.len() >= txn.inner.config.max_open_streams

@@ -43,24 +43,7 @@ pub(crate) fn tick(
             continue;
         };
         let mut txn = Txn::new(inner, storage);
-        match kind {
-            InputKind::Chunk => close_stream(&mut txn, &key, &conv, &msg, Reason::Gap, now)?,
-            InputKind::Result => {
-                let first = txn
-                    .storage
-                    .scan_prefix(Space::Parked, &key)?
-                    .first()
-                    .and_then(|(k, _)| k.get(key.len()..))
-                    .and_then(|b| b.try_into().ok())
-                    .map(u64::from_be_bytes);
-                let st = txn.stream_mut(&key)?;
-                match first {
-                    Some(first) => st.next = first,
-                    None => st.discard_parked(),
-                }
-                drain(&mut txn, &key, kind, &conv, &msg, now)?;
-            }
-        }
+        expire_gap(&mut txn, &key, kind, &conv, &msg, now)?;
         done(txn.commit()?);
     }
     let idle_timeout = inner.config.idle_timeout_ms;
@@ -97,4 +80,80 @@ pub(crate) fn tick(
     }
     super::retention::expire(inner, storage, now)?;
     Ok(total)
+}
+
+/// A stream whose sequence gap ran out at `now`: a chunk stream is closed (`gap`); a result
+/// stream goes on past the hole with what was parked behind it.
+pub(crate) fn expire_gap(
+    txn: &mut Txn<'_>,
+    key: &[u8],
+    kind: InputKind,
+    conv: &str,
+    msg: &str,
+    now: u64,
+) -> Result<(), StoreError> {
+    match kind {
+        InputKind::Chunk => close_stream(txn, key, conv, msg, Reason::Gap, now),
+        InputKind::Result => {
+            let first = txn
+                .storage
+                .scan_prefix(Space::Parked, key)?
+                .first()
+                .and_then(|(k, _)| k.get(key.len()..))
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes);
+            let st = txn.stream_mut(key)?;
+            match first {
+                Some(first) => st.next = first,
+                None => st.discard_parked(),
+            }
+            drain(txn, key, kind, conv, msg, now)
+        }
+    }
+}
+
+/// The timeouts of an input's own stream and conversation that ran out by its publish time
+/// `now`, applied before the input as `tick` would have applied them: a gap that did not fill,
+/// an idle chunk stream, results whose call did not appear within the grace. So what an input
+/// finds depends only on publish times, never on when timers last ran: a partition rebuilt
+/// from the input stream (leases, a new owner) decides exactly as its first owner did, and a
+/// late input applied before the next tick finds its stream as a tick would have left it.
+pub(crate) fn expire_due(
+    txn: &mut Txn<'_>,
+    key: &[u8],
+    kind: InputKind,
+    conv: &str,
+    msg: &str,
+    now: u64,
+) -> Result<(), StoreError> {
+    let (gap_timeout, idle_timeout, grace) = (
+        txn.inner.config.gap_timeout_ms,
+        txn.inner.config.idle_timeout_ms,
+        txn.inner.config.orphan_grace_ms,
+    );
+    if txn.stream_exists(key)? {
+        let (gap, idle) = {
+            let st = txn.stream(key)?;
+            (
+                st.gap_expired(now, gap_timeout),
+                kind == InputKind::Chunk && st.idle_expired(now, idle_timeout),
+            )
+        };
+        if gap {
+            expire_gap(txn, key, kind, conv, msg, now)?;
+        } else if idle && txn.inner.open.contains(key) {
+            end_stream(txn, key, conv, msg, Reason::Timeout, now)?;
+        }
+    }
+    let orphans: Vec<(String, String)> = txn
+        .inner
+        .pending
+        .iter()
+        .filter(|((c, _), t)| c == conv && now.saturating_sub(**t) >= grace)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for (c, id) in orphans {
+        orphan(txn, &c, &id)?;
+    }
+    Ok(())
 }
