@@ -165,6 +165,8 @@ pub async fn published_ids(
     let consumer = handle
         .create_consumer(OrderedConfig {
             deliver_policy,
+            // the ids are headers: the bodies (events, dead letters) are not read
+            headers_only: true,
             ..Default::default()
         })
         .await

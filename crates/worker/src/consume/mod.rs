@@ -151,6 +151,14 @@ impl ConsumeLoop {
                         // missing heartbeats while the server restarts, etc.: the stream
                         // re-issues its pull requests itself
                         tracing::debug!(error = %e, "pull stream error");
+                        if self.guard.is_some() && self.consumer_gone(&consumers).await {
+                            // A leased partition whose consumer was deleted (an operator, a
+                            // lapsed lease's successor) would stall with its lease held: the
+                            // loop ends, the host gives the lease back, and the partition is
+                            // rebuilt by its next owner.
+                            tracing::warn!("the partition's consumer is gone; giving the partition back");
+                            break;
+                        }
                     }
                     Some(None) | None => {
                         tracing::warn!("a pull stream ended; re-opening");
@@ -161,6 +169,12 @@ impl ConsumeLoop {
         }
         // what is applied is settled (acked once durable) before anything is handed back
         self.settle_all(&mut pipeline).await;
+        if let Some(writer) = checkpoint.as_mut().filter(|_| self.holds_lease()) {
+            // a graceful stop (hand-off, shutdown) leaves a checkpoint of everything applied,
+            // so the partition's next owner reads no input again
+            writer.take(&self.store).await;
+            writer.finish().await;
+        }
         if !self.holds_lease() {
             tracing::warn!(
                 "lease lost: the consume loop stopped without acking or returning anything \
@@ -179,6 +193,21 @@ impl ConsumeLoop {
             }
         }
         tracing::info!("consume loop stopped");
+    }
+
+    /// Whether one of `consumers` no longer exists on the server (a transient error is not
+    /// "gone").
+    async fn consumer_gone(&self, consumers: &[PullConsumer]) -> bool {
+        for consumer in consumers {
+            let mut consumer = consumer.clone();
+            if let Err(e) = consumer.info().await {
+                // JetStream's error 10014, as async-nats reports it
+                if e.to_string().to_lowercase().contains("consumer not found") {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// Whether this loop may still act for its partition: always when statically assigned,

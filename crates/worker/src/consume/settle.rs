@@ -106,6 +106,13 @@ impl ConsumeLoop {
         for (name, value) in &fields {
             headers.insert(name.as_str(), value.as_str());
         }
+        if let Some(guard) = &self.guard {
+            // a leased partition: published only while the lease holds, naming its owner
+            if !guard.is_valid() {
+                return Disposition::NakDelay;
+            }
+            headers.insert(sink::guarded::OWNER_HEADER, guard.owner().as_str());
+        }
         let publish = PublishMessage::build()
             .headers(headers)
             .message_id(msg_id)

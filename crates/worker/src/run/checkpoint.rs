@@ -40,6 +40,9 @@ pub(crate) struct Taken {
     pub floors: BTreeMap<String, u64>,
     /// Key-value pairs in the file.
     pub pairs: u64,
+    /// The partition count it was taken under (a checkpoint of another layout is not used).
+    #[serde(default)]
+    pub partitions: u32,
 }
 
 /// The bucket, opened (created when missing) on first use.
@@ -118,8 +121,18 @@ impl Checkpoints {
         Ok(Some(taken))
     }
 
-    async fn save(&self, partition: u32, file: &Path, taken: &Taken) -> anyhow::Result<()> {
+    /// Uploads `file` as partition `partition`'s checkpoint unless the bucket holds one of a
+    /// newer epoch (a deposed owner never replaces its successor's). Returns whether it did.
+    async fn save(&self, partition: u32, file: &Path, taken: &Taken) -> anyhow::Result<bool> {
         let bucket = self.bucket().await?;
+        if let Ok(info) = bucket.info(Checkpoints::object(partition)).await {
+            let theirs = serde_json::from_str::<Taken>(info.description.as_deref().unwrap_or(""))
+                .map(|t| t.epoch)
+                .unwrap_or(0);
+            if !info.deleted && theirs > taken.epoch {
+                return Ok(false);
+            }
+        }
         let mut input = tokio::fs::File::open(file)
             .await
             .with_context(|| format!("open {}", file.display()))?;
@@ -132,7 +145,7 @@ impl Checkpoints {
             .put(meta, &mut input)
             .await
             .with_context(|| format!("upload checkpoint p{partition}"))?;
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -140,6 +153,8 @@ impl Checkpoints {
 pub(crate) struct Writer {
     pub checkpoints: Arc<Checkpoints>,
     pub partition: u32,
+    /// The partition count (recorded in each checkpoint).
+    pub partitions: u32,
     pub epoch: u64,
     pub interval: Duration,
     /// Where the file is written before its upload.
@@ -210,6 +225,7 @@ impl Writer {
             taken_at_ms,
             floors,
             pairs: stats.pairs,
+            partitions: self.partitions,
         };
         let checkpoints = Arc::clone(&self.checkpoints);
         let guard = Arc::clone(&self.guard);
@@ -220,7 +236,12 @@ impl Writer {
                 return;
             }
             match checkpoints.save(partition, &file, &taken).await {
-                Ok(()) => tracing::debug!(
+                Ok(false) => tracing::debug!(
+                    partition,
+                    epoch = taken.epoch,
+                    "checkpoint not uploaded: the bucket holds a newer owner's"
+                ),
+                Ok(true) => tracing::debug!(
                     partition,
                     epoch = taken.epoch,
                     pairs = taken.pairs,
@@ -232,5 +253,24 @@ impl Writer {
                 }
             }
         }));
+    }
+}
+
+impl Writer {
+    /// Waits for the running upload, if any (a final checkpoint before a hand-off).
+    pub async fn finish(&mut self) {
+        if let Some(upload) = self.uploading.take() {
+            let _ = upload.await;
+        }
+    }
+}
+
+impl Drop for Writer {
+    /// An upload still running when the partition's engine stops (its lease lost or handed
+    /// off) is abandoned: nothing is written for a partition this worker no longer acts for.
+    fn drop(&mut self) {
+        if let Some(upload) = self.uploading.take() {
+            upload.abort();
+        }
     }
 }

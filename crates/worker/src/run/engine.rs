@@ -126,14 +126,20 @@ impl Engine {
         let config = &shared.config;
         let partitions = config.consumer.partitions;
         let store_dir = leased_store_dir(config, partition);
+        // per epoch: an earlier lease's upload still reading its file is never cut short
         let file = config
             .data_dir
-            .join(format!("leased-{partition}.checkpoint"));
+            .join(format!("leased-{partition}-e{}.checkpoint", lease.epoch));
         discard(&store_dir).await?;
         crate::run::private_dir::ensure_private(&config.data_dir)?;
         let checkpoints = Arc::new(Checkpoints::new(shared.js.clone(), config.streams.replicas));
         let (store, restored) = restore(config, &checkpoints, partition, &file, &store_dir).await?;
 
+        // Restoring takes time: a lease that lapsed meanwhile touches no consumer (a newer
+        // owner's are not ours to delete).
+        if !lease.guard.is_valid() {
+            anyhow::bail!("lease lost while the partition was restored");
+        }
         let input = shared
             .js
             .get_stream(&config.streams.input)
@@ -156,8 +162,13 @@ impl Engine {
                     start_sequence: floor.saturating_add(1),
                 };
             }
+            // A consumer under this name is stale (epochs repeat only if the lease bucket was
+            // recreated): it would keep its own position, not the checkpoint's.
+            if input.delete_consumer(&name).await.is_ok() {
+                tracing::warn!(partition, consumer = %name, "deleted a stale consumer of this epoch's name");
+            }
             let consumer = input
-                .get_or_create_consumer(&name, want)
+                .create_consumer(want)
                 .await
                 .with_context(|| format!("create consumer {name}"))?;
             consumers.push(consumer);
@@ -219,6 +230,7 @@ impl Engine {
         let writer = checkpoint::Writer {
             checkpoints,
             partition,
+            partitions,
             epoch: lease.epoch,
             interval: config.consumer.checkpoint_interval.get(),
             file,
@@ -462,6 +474,10 @@ pub(crate) async fn open_store(config: &Config, dir: &Path) -> anyhow::Result<Ar
     Ok(Arc::new(store))
 }
 
+/// Longest a checkpoint download may take before the partition is rebuilt from its first
+/// input instead.
+const LOAD_LIMIT: Duration = Duration::from_secs(120);
+
 /// A leased partition's store: imported from its last checkpoint in NATS when there is one
 /// (and it reads back whole), else empty. Returns what the checkpoint said about itself.
 async fn restore(
@@ -471,7 +487,19 @@ async fn restore(
     file: &Path,
     store_dir: &Path,
 ) -> anyhow::Result<(Arc<Store>, Option<Taken>)> {
-    let taken = match checkpoints.load(partition, file).await {
+    let loaded = tokio::time::timeout(LOAD_LIMIT, checkpoints.load(partition, file))
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("no checkpoint read within {LOAD_LIMIT:?}")));
+    let taken = match loaded {
+        Ok(Some(taken)) if taken.partitions != config.consumer.partitions => {
+            tracing::warn!(
+                partition,
+                checkpoint_partitions = taken.partitions,
+                partitions = config.consumer.partitions,
+                "checkpoint of another partition layout; rebuilding from the first input"
+            );
+            None
+        }
         Ok(taken) => taken,
         Err(e) => {
             tracing::warn!(partition, error = %format!("{e:#}"), "checkpoint not readable; rebuilding from the first input");
@@ -545,7 +573,8 @@ pub(crate) fn leased_consumers(
         .collect()
 }
 
-/// Whether `consumer` is a leased consumer of `partition` (of any epoch but `epoch`).
+/// Whether `consumer` is a leased consumer of `partition` of an epoch older than `epoch` (a
+/// newer epoch's belongs to a newer owner: never ours to delete).
 fn of_other_epoch(name: &str, partitions: u32, partition: u32, epoch: u64, consumer: &str) -> bool {
     let Some(rest) = consumer.strip_prefix(&format!("{name}-e")) else {
         return false;
@@ -560,7 +589,7 @@ fn of_other_epoch(name: &str, partitions: u32, partition: u32, epoch: u64, consu
     } else {
         suffix.is_empty()
     };
-    ours && number.parse::<u64>().is_ok_and(|n| n != epoch)
+    ours && number.parse::<u64>().is_ok_and(|n| n < epoch)
 }
 
 /// Deletes the consumers earlier owners of `partition` read through: an earlier owner that
@@ -650,11 +679,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_same_partitions_consumers_of_other_epochs_are_deleted() {
+    fn only_the_same_partitions_consumers_of_older_epochs_are_deleted() {
         let other = |c: &str| of_other_epoch("toolstream", 4, 2, 9, c);
         assert!(other("toolstream-e7-p2-chunks"));
         assert!(other("toolstream-e7-p2-results"));
         assert!(!other("toolstream-e9-p2-chunks"), "its own epoch");
+        assert!(!other("toolstream-e11-p2-chunks"), "a newer owner's");
         assert!(!other("toolstream-e7-p3-chunks"), "another partition");
         assert!(
             !other("toolstream-e7-p21-chunks"),

@@ -77,9 +77,13 @@ pub(super) async fn run(
                     if let Some(engine) = engines.remove(&partition) {
                         running.remove(partition);
                         owned(&engines);
-                        tracing::warn!(partition, "the partition's consume loop ended; engine stopped");
+                        let epoch = engine.epoch;
+                        tracing::warn!(partition, epoch, "the partition's consume loop ended; engine stopped, lease given back");
                         let (ok, _) = engine.stop(Stop::Revoked).await;
                         clean &= ok;
+                        // (a no-op when the lease is already gone) so the partition is not
+                        // left held and unserved: its next owner rebuilds it
+                        handle.released(partition, epoch).await;
                     }
                 }
             }

@@ -162,18 +162,16 @@ impl LeaseMetrics {
             write_header(out, name, help, "counter");
             out.push_str(&format!("{name} {value}\n"));
         }
-        write_header(
+        write_labelled(
             out,
             "toolstream_takeovers_total",
             "Partitions started under a new lease: from a checkpoint, or from the first input.",
-            "counter",
+            "from",
+            &[
+                ("checkpoint", load(&self.from_checkpoint)),
+                ("start", load(&self.from_start)),
+            ],
         );
-        out.push_str(&format!(
-            "toolstream_takeovers_total{{from=\"checkpoint\"}} {}\n\
-             toolstream_takeovers_total{{from=\"start\"}} {}\n",
-            load(&self.from_checkpoint),
-            load(&self.from_start)
-        ));
     }
 }
 
@@ -237,18 +235,16 @@ impl UiStreamMetrics {
             "toolstream_ui_streams_closed_behind_total {}\n",
             load(&self.closed_behind)
         ));
-        write_header(
+        write_labelled(
             out,
             "toolstream_ui_streams_rejected_total",
             "UI event stream requests refused: reason auth (token) or limit (ui.max_streams).",
-            "counter",
+            "reason",
+            &[
+                ("auth", load(&self.rejected_auth)),
+                ("limit", load(&self.rejected_limit)),
+            ],
         );
-        out.push_str(&format!(
-            "toolstream_ui_streams_rejected_total{{reason=\"auth\"}} {}\n\
-             toolstream_ui_streams_rejected_total{{reason=\"limit\"}} {}\n",
-            load(&self.rejected_auth),
-            load(&self.rejected_limit)
-        ));
     }
 }
 
@@ -362,6 +358,14 @@ impl Metrics {
 /// Writes the `# HELP` and `# TYPE` lines of one metric family.
 fn write_header(out: &mut String, name: &str, help: &str, kind: &str) {
     out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+}
+
+/// A counter with one label: its header, then one line per (label value, count).
+fn write_labelled(out: &mut String, name: &str, help: &str, label: &str, values: &[(&str, u64)]) {
+    write_header(out, name, help, "counter");
+    for (value, count) in values {
+        out.push_str(&format!("{name}{{{label}=\"{value}\"}} {count}\n"));
+    }
 }
 
 impl Histogram {
