@@ -154,6 +154,21 @@ impl NatsCluster {
         }
     }
 
+    /// A client that knows every node, so it survives the loss of any one (retries its first
+    /// connect).
+    pub async fn client(&self) -> async_nats::Client {
+        let addrs: Vec<async_nats::ServerAddr> = self
+            .urls()
+            .iter()
+            .map(|u| u.parse().expect("node URL"))
+            .collect();
+        async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect(addrs)
+            .await
+            .expect("test client connects to the cluster")
+    }
+
     /// The server binary the nodes run.
     pub fn bin(&self) -> &ServerBin {
         &self.bin

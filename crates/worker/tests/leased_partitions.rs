@@ -103,20 +103,6 @@ async fn partition_of_agrees_with_the_servers_mapping() {
     );
 }
 
-/// A test client that knows every node.
-async fn cluster_client(cluster: &NatsCluster) -> async_nats::Client {
-    let addrs: Vec<async_nats::ServerAddr> = cluster
-        .urls()
-        .iter()
-        .map(|u| u.parse().expect("node URL"))
-        .collect();
-    async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connect(addrs)
-        .await
-        .expect("test client connects to the cluster")
-}
-
 /// Three leased workers on a three-node cluster with the deploy mapping.
 struct Fleet {
     cluster: NatsCluster,
@@ -126,7 +112,8 @@ struct Fleet {
 }
 
 impl Fleet {
-    async fn start(bin: &ServerBin) -> Fleet {
+    /// Workers `w0`..`w2`; `w<i>` checkpoints every `checkpoints[i]`.
+    async fn start(bin: &ServerBin, checkpoints: [&str; 3]) -> Fleet {
         let cluster = NatsCluster::start_with_config(bin, &deploy_mappings())
             .expect("three-node cluster starts");
         let dir = tempfile::tempdir().unwrap();
@@ -149,12 +136,12 @@ impl Fleet {
                         "--worker-id",
                         &format!("w{i}"),
                         "--checkpoint-interval",
-                        "2s",
+                        checkpoints[i],
                     ],
                 )
             })
             .collect();
-        let nats = cluster_client(&cluster).await;
+        let nats = cluster.client().await;
         let fleet = Fleet {
             cluster,
             workers,
@@ -352,64 +339,59 @@ async fn owners_in_stream(nats: &async_nats::Client) -> Vec<(u64, String, String
     out
 }
 
+/// The lines of the workers `by` that `keep` accepts, named by worker, shortened to what
+/// follows `after`.
+fn log_lines(fleet: &Fleet, by: &[usize], after: &str, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    by.iter()
+        .flat_map(|i| {
+            fleet.workers[*i]
+                .log()
+                .lines()
+                .filter(|l| keep(l))
+                .map(|l| format!("w{i}: {}", l.split(after).nth(1).unwrap_or(l).trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// The takeovers of `moved` partitions the workers `by` logged: their "partition caught up"
-/// lines (time from the lease to every input of the partition delivered). Asserts there is
-/// one per moved partition: the new owners rebuilt them from the input stream.
-fn takeovers(fleet: &Fleet, by: &[usize], moved: &BTreeSet<u32>, after_epoch: u64) -> Vec<String> {
-    let newer = |line: &str| {
+/// lines (time from the lease to every input of the partition delivered) and, with
+/// `from_checkpoint`, their "restored the partition's checkpoint" lines. Asserts they exist for
+/// each moved partition under an epoch newer than `after_epoch`: the new owners rebuilt them
+/// (from the earlier owner's checkpoint and the input after it).
+fn takeovers(
+    fleet: &Fleet,
+    by: &[usize],
+    moved: &BTreeSet<u32>,
+    after_epoch: u64,
+    from_checkpoint: bool,
+) -> Vec<String> {
+    let newer = |line: &str, field: &str| {
         line.split_whitespace()
-            .find_map(|t| t.strip_prefix("epoch="))
+            .find_map(|t| t.strip_prefix(field))
             .and_then(|e| e.parse::<u64>().ok())
             .is_some_and(|e| e > after_epoch)
     };
     let mut lines = Vec::new();
     for k in moved {
-        let found: Vec<String> = by
-            .iter()
-            .flat_map(|i| {
-                fleet.workers[*i]
-                    .log()
-                    .lines()
-                    .filter(|l| {
-                        l.contains("partition caught up")
-                            && l.contains(&format!("partition={k} "))
-                            && newer(l)
-                    })
-                    .map(|l| format!("w{i}: {}", l.split("caught up").nth(1).unwrap_or(l).trim()))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let of_k = format!("partition={k} ");
+        let caught_up = log_lines(fleet, by, "caught up", |l| {
+            l.contains("partition caught up") && l.contains(&of_k) && newer(l, "epoch=")
+        });
         assert!(
-            !found.is_empty(),
+            !caught_up.is_empty(),
             "partition {k} was taken over and rebuilt by one of {by:?}\n{}",
             fleet.logs()
         );
-        // from the earlier owner's checkpoint (taken every 2 s), not from the first input
-        let restored: Vec<String> = by
-            .iter()
-            .flat_map(|i| {
-                fleet.workers[*i]
-                    .log()
-                    .lines()
-                    .filter(|l| {
-                        l.contains("restored the partition's checkpoint")
-                            && l.contains(&format!("partition={k} "))
-                    })
-                    .map(|l| {
-                        format!(
-                            "w{i}: restored {}",
-                            l.split("checkpoint ").nth(1).unwrap_or(l).trim()
-                        )
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let restored = log_lines(fleet, by, "the partition's ", |l| {
+            l.contains("restored the partition's checkpoint") && l.contains(&of_k)
+        });
         assert!(
-            !restored.is_empty(),
+            !from_checkpoint || !restored.is_empty(),
             "partition {k}'s new owner started from a checkpoint\n{}",
             fleet.logs()
         );
-        lines.extend(found);
+        lines.extend(caught_up);
         lines.extend(restored);
     }
     lines
@@ -426,7 +408,10 @@ fn epoch_of(owner: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_worker_s_partitions_are_finished_by_the_others_exactly_once() {
-    let mut fleet = Fleet::start(&require(debian_server())).await;
+    // w1 writes no checkpoint of its own: its partitions are rebuilt from an earlier one, or
+    // from their first input, so the rebuild makes again what w1 published (the SIGSTOP test
+    // below restores w1's own checkpoints)
+    let mut fleet = Fleet::start(&require(debian_server()), ["2s", "1h", "2s"]).await;
     let run = Run::start("lk", fleet.nats.clone());
     run.at(6).await;
     let before = fleet.leases().await;
@@ -447,7 +432,7 @@ async fn a_sigkilled_worker_s_partitions_are_finished_by_the_others_exactly_once
     let newest = before.values().map(|(_, e)| *e).max().unwrap_or(0);
     eprintln!(
         "takeovers of {moved:?}: {:#?}",
-        takeovers(&fleet, &[0, 2], &moved, newest)
+        takeovers(&fleet, &[0, 2], &moved, newest, false)
     );
     // /metrics: the two survivors own every partition; a takeover started from a checkpoint
     let metric = |i: usize, name: &str| -> u64 {
@@ -463,7 +448,9 @@ async fn a_sigkilled_worker_s_partitions_are_finished_by_the_others_exactly_once
     );
     assert!(
         metric(0, "toolstream_takeovers_total{from=\"checkpoint\"} ")
+            + metric(0, "toolstream_takeovers_total{from=\"start\"} ")
             + metric(2, "toolstream_takeovers_total{from=\"checkpoint\"} ")
+            + metric(2, "toolstream_takeovers_total{from=\"start\"} ")
             >= 1
     );
     // the rebuild made events again that were already published: confirmed from the ids read
@@ -490,7 +477,7 @@ async fn a_sigkilled_worker_s_partitions_are_finished_by_the_others_exactly_once
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_paused_past_its_lease_publishes_nothing_after_its_partitions_moved() {
-    let mut fleet = Fleet::start(&require(debian_server())).await;
+    let mut fleet = Fleet::start(&require(debian_server()), ["2s", "2s", "2s"]).await;
     let run = Run::start("ls", fleet.nats.clone());
     run.at(6).await;
     let before = fleet.leases().await;
@@ -514,7 +501,7 @@ async fn a_worker_paused_past_its_lease_publishes_nothing_after_its_partitions_m
     run.finish_and_check(&fleet).await;
     eprintln!(
         "takeovers of {paused:?}: {:#?}",
-        takeovers(&fleet, &[0, 2], &paused, newest)
+        takeovers(&fleet, &[0, 2], &paused, newest, true)
     );
     let w1 = fleet.workers[1].log();
     assert!(

@@ -203,20 +203,6 @@ async fn single_server_sigkilled_mid_run_on_current_nats() {
 /// The worker's NATS connection name (`toolstream-<consumer>-p<partition>`).
 const WORKER_CLIENT: &str = "toolstream-toolstream-p0";
 
-/// A test client that knows every node, so it survives the loss of any one.
-async fn cluster_client(cluster: &NatsCluster) -> async_nats::Client {
-    let addrs: Vec<async_nats::ServerAddr> = cluster
-        .urls()
-        .iter()
-        .map(|u| u.parse().expect("node URL"))
-        .collect();
-    async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connect(addrs)
-        .await
-        .expect("test client connects to the cluster")
-}
-
 /// The server name leading the input stream's RAFT group once there is one other than `not`.
 async fn input_leader_other_than(js: &jetstream::Context, not: Option<&str>) -> String {
     eventually_async(Duration::from_secs(60), || async move {
@@ -256,7 +242,7 @@ async fn cluster_node_killed_mid_run(bin: ServerBin) {
         &dir.path().join("store"),
         &["--replicas", "3"],
     );
-    let nats = cluster_client(&cluster).await;
+    let nats = cluster.client().await;
     let js = jetstream::new(nats.clone());
     wait_provisioned(&js, "toolstream").await;
     worker.wait_ready();

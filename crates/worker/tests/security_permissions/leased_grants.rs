@@ -41,6 +41,23 @@ async fn logged(w: &Worker, what: &str) {
         .unwrap_or_else(|| panic!("never logged {what:?}:\n{}", tail(&w.log(), 40)));
 }
 
+/// Waits until message `msg`'s `message.completed` is in the events stream.
+async fn completed(events: &mut StreamLog, msg: &str, w: &Worker) {
+    let suffix = format!(".{msg}");
+    events
+        .until(
+            WAIT,
+            &format!("{msg}'s message.completed"),
+            |all| {
+                all.iter().any(|r| {
+                    r.subject.ends_with(&suffix) && r.json()["type"] == "message.completed"
+                })
+            },
+            || w.log(),
+        )
+        .await;
+}
+
 #[tokio::test]
 async fn leased_workers_need_nothing_beyond_the_documented_permissions() {
     let d = deploy(|p| p).await;
@@ -51,17 +68,7 @@ async fn leased_workers_need_nothing_beyond_the_documented_permissions() {
     let mut a = d.leased_worker("wa");
     a.wait_ready();
     publish_a_stream_its_result_and_a_bad_chunk(&producer).await;
-    events
-        .until(
-            WAIT,
-            "m1's message.completed",
-            |all| {
-                all.iter()
-                    .any(|r| r.subject.ends_with(".m1") && r.json()["type"] == "message.completed")
-            },
-            || a.log(),
-        )
-        .await;
+    completed(&mut events, "m1", &a).await;
     logged(&a, "checkpoint uploaded").await;
 
     // a second joins: a hand-off, and its partitions start from a checkpoint
@@ -77,17 +84,7 @@ async fn leased_workers_need_nothing_beyond_the_documented_permissions() {
     producer
         .openai_stream(CONV_A, "m3", &[call("call_c1", "z")])
         .await;
-    events
-        .until(
-            WAIT,
-            "m3's message.completed",
-            |all| {
-                all.iter()
-                    .any(|r| r.subject.ends_with(".m3") && r.json()["type"] == "message.completed")
-            },
-            || b.log(),
-        )
-        .await;
+    completed(&mut events, "m3", &b).await;
     assert!(b.terminate(), "clean exit:\n{}", tail(&b.log(), 30));
     let logs = format!("{}\n{}", a.log(), b.log());
     assert_nothing_refused(
