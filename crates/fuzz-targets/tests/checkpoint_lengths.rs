@@ -1,8 +1,8 @@
 //! A damaged checkpoint must cost what its file holds, not what its length fields claim.
 //!
 //! `Store::import_checkpoint` (crates/assembler/src/store/checkpoint.rs, `read_field`)
-//! allocates each key and value at the length its 4-byte prefix states before reading it, so a
-//! file of 30 bytes whose first record claims a 4 GiB key makes it allocate 4 GiB. Where that
+//! allocated each key and value at the length its 4-byte prefix stated before reading it, so a
+//! file of 30 bytes whose first record claimed a 4 GiB key made it allocate 4 GiB. Where that
 //! allocation cannot be had (a small node, `vm.overcommit_memory = 2`) the process aborts
 //! ("memory allocation of 4294967295 bytes failed"): not an error, not even a panic. The
 //! fuzzer's 4096 MB malloc limit sits one byte above the largest length a u32 can claim, so
@@ -12,9 +12,9 @@
 //! allocation succeeds on a machine that overcommits).
 //!
 //! This test counts the largest allocation the import makes (a counting global allocator,
-//! this test binary only). It fails until the import bounds a length by what is left of the
-//! file (its size is known: `metadata().len()`), and is ignored meanwhile so the suite stays
-//! green: `cargo test -p toolstream-fuzz-targets --test checkpoint_lengths -- --ignored`.
+//! this test binary only). The import now bounds every length by what is left of the file
+//! (its size is known: `metadata().len()`): `cargo test -p toolstream-fuzz-targets --test
+//! checkpoint_lengths`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,7 +62,6 @@ fn claims_4_gib() -> Vec<u8> {
 }
 
 #[test]
-#[ignore = "fails until import_checkpoint bounds a length prefix by the file's size (see the module docs)"]
 fn a_damaged_length_prefix_costs_no_more_than_the_file_holds() {
     let dir = std::env::temp_dir().join(format!("toolstream-ckpt-len-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

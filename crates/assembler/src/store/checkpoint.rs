@@ -104,6 +104,9 @@ impl Store {
         }
         let mut pairs = 0u64;
         let mut set = WriteSet::default();
+        // what is left of the file: no length prefix may claim more (a damaged one would
+        // otherwise allocate what it claims, up to 4 GiB)
+        let mut left = bytes.saturating_sub(MAGIC.len() as u64);
         loop {
             let mut tag = [0u8; 1];
             r.read_exact(&mut tag).map_err(|e| io("read", e))?;
@@ -117,11 +120,12 @@ impl Store {
                 }
                 break;
             }
+            left = left.saturating_sub(1);
             let space = *Space::ALL
                 .get(usize::from(tag[0]))
                 .ok_or_else(|| corrupt("unknown keyspace"))?;
-            let key = read_field(&mut r)?;
-            let value = read_field(&mut r)?;
+            let key = read_field(&mut r, &mut left)?;
+            let value = read_field(&mut r, &mut left)?;
             set.put(space, key, value);
             pairs += 1;
             if set.writes.len() >= IMPORT_BATCH {
@@ -141,11 +145,20 @@ fn len32(bytes: &[u8]) -> Result<u32, StoreError> {
     u32::try_from(bytes.len()).map_err(|_| corrupt("a value larger than 4 GiB"))
 }
 
-fn read_field(r: &mut impl Read) -> Result<Vec<u8>, StoreError> {
+/// One length-prefixed field; `left` is what remains of the file, which the length may not
+/// exceed.
+fn read_field(r: &mut impl Read, left: &mut u64) -> Result<Vec<u8>, StoreError> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).map_err(|e| io("read", e))?;
-    let len = u32::from_le_bytes(len) as usize;
-    let mut out = vec![0u8; len];
+    *left = left.saturating_sub(4);
+    let len = u64::from(u32::from_le_bytes(len));
+    if len > *left {
+        return Err(corrupt(
+            "a length beyond the end of the file (cut or damaged)",
+        ));
+    }
+    *left -= len;
+    let mut out = vec![0u8; usize::try_from(len).map_err(|_| corrupt("a length beyond memory"))?];
     r.read_exact(&mut out).map_err(|e| io("read", e))?;
     Ok(out)
 }
