@@ -604,17 +604,14 @@ async fn a_paused_worker_is_fenced_before_it_runs_again_then_revoked_and_the_new
         );
     }
 
-    // b resumes: it learns it lost both (Revoked), and its writes on the old revisions are
-    // refused by the server (compare-and-set).
+    // b resumes: it learns it lost both (Revoked) — by its lapsed deadlines or by a renewal on
+    // an old revision that the server refuses (compare-and-set), whichever its driver runs
+    // first; it gets partitions back only under new epochs (checked below).
     eventually_async(WAIT, || async { b.counts().1 == 2 })
         .await
         .unwrap_or_else(|| panic!("b never revoked: {:?}", b.counts()));
     let stats = b.stats().await;
     assert_eq!(stats.revoked, 2, "{stats:?}");
-    assert!(
-        stats.cas_conflicts >= 2,
-        "b's old revisions were refused: {stats:?}"
-    );
     // It rejoins and the two converge again: b gets its class back under new epochs.
     let again = converged(&js, &[&a, &b], 4, &[("a", &[0, 2]), ("b", &[1, 3])]).await;
     for k in [1, 3] {
