@@ -3,13 +3,13 @@
 //! `Store::import_checkpoint` (crates/assembler/src/store/checkpoint.rs, `read_field`)
 //! allocated each key and value at the length its 4-byte prefix stated before reading it, so a
 //! file of 30 bytes whose first record claimed a 4 GiB key made it allocate 4 GiB. Where that
-//! allocation cannot be had (a small node, `vm.overcommit_memory = 2`) the process aborts
+//! allocation cannot be had (a small node, `vm.overcommit_memory = 2`) the process aborted
 //! ("memory allocation of 4294967295 bytes failed"): not an error, not even a panic. The
 //! fuzzer's 4096 MB malloc limit sits one byte above the largest length a u32 can claim, so
-//! `cargo fuzz run checkpoint` with the default limits does not report it; with
-//! `-malloc_limit_mb=512` it does (the input is `fuzz/regressions/checkpoint/
-//! length-prefix-allocates-4-gib`, which the replay test runs too: it passes there, since the
-//! allocation succeeds on a machine that overcommits).
+//! `cargo fuzz run checkpoint` with the default limits did not report it; with
+//! `-malloc_limit_mb=512` it did (`out-of-memory (malloc(4294967295))` on the input
+//! `fuzz/regressions/checkpoint/length-prefix-allocates-4-gib`, which the replay test runs
+//! too; keep `-malloc_limit_mb=512` on checkpoint runs so a regression is reported).
 //!
 //! This test counts the largest allocation the import makes (a counting global allocator,
 //! this test binary only). The import now bounds every length by what is left of the file
