@@ -15,46 +15,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use assembler::{Config, Input, InputKind, OutboxKind, Seq, Store};
-use chunk_model::Provider;
+mod common;
+
+use assembler::{Config, Input, OutboxKind, Store};
+use common::{oa_delta, oa_finish};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-fn oa_delta(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> Vec<u8> {
-    let mut call =
-        serde_json::json!({"index": index, "type": "function", "function": {"arguments": args}});
-    if let Some(id) = id {
-        call["id"] = id.into();
-    }
-    if let Some(name) = name {
-        call["function"]["name"] = name.into();
-    }
-    serde_json::to_vec(&serde_json::json!({
-        "id": "chatcmpl-1", "object": "chat.completion.chunk",
-        "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]
-    }))
-    .unwrap()
-}
-
-fn oa_finish(reason: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "id": "chatcmpl-1", "object": "chat.completion.chunk",
-        "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]
-    }))
-    .unwrap()
-}
-
 fn chunk<'a>(seq: u64, body: &'a [u8]) -> Input<'a> {
-    Input {
-        kind: InputKind::Chunk,
-        conversation_id: "c",
-        message_id: "m",
-        provider: Some(Provider::OpenaiChat),
-        seq: Seq::Producer(seq),
-        control: None,
-        body,
-        origin: None,
-    }
+    common::chunk("c", "m", seq, body)
 }
 
 /// (event id, type, call id) of every durable event row.

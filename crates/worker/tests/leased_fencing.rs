@@ -85,8 +85,14 @@ fn leased(id: &str) -> Vec<String> {
     .to_vec()
 }
 
-#[tokio::test]
-async fn a_starting_owner_does_not_delete_the_consumers_of_a_newer_epoch() {
+/// A nats-server, a client, and leased worker `a` owning both partitions (its consumers exist).
+async fn one_leased_worker() -> (
+    NatsServer,
+    async_nats::Client,
+    jetstream::Context,
+    tempfile::TempDir,
+    Worker,
+) {
     let server = NatsServer::start().expect("nats-server");
     let nats = client(&server.url()).await;
     let js = jetstream::new(nats.clone());
@@ -103,6 +109,12 @@ async fn a_starting_owner_does_not_delete_the_consumers_of_a_newer_epoch() {
         || tail(&a.log(), 40),
     )
     .await;
+    (server, nats, js, dir, a)
+}
+
+#[tokio::test]
+async fn a_starting_owner_does_not_delete_the_consumers_of_a_newer_epoch() {
+    let (server, _nats, js, dir, a) = one_leased_worker().await;
 
     // Consumers of an epoch above any the bucket has issued: what a later owner would read
     // through (here made by hand, standing in for the live owner of a partition).
@@ -158,22 +170,7 @@ async fn a_starting_owner_does_not_delete_the_consumers_of_a_newer_epoch() {
 
 #[tokio::test]
 async fn a_dead_letter_published_straight_from_the_consume_loop_names_its_owner() {
-    let server = NatsServer::start().expect("nats-server");
-    let nats = client(&server.url()).await;
-    let js = jetstream::new(nats.clone());
-    let dir = tempfile::tempdir().unwrap();
-    let flags = leased("a");
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let a = Worker::start(&server.url(), &dir.path().join("a"), &flags);
-    wait_for(
-        "worker a owning both partitions",
-        || async {
-            let names = consumer_names(&js).await;
-            !epochs_of(&names, 0).is_empty() && !epochs_of(&names, 1).is_empty()
-        },
-        || tail(&a.log(), 40),
-    )
-    .await;
+    let (_server, _nats, js, _dir, a) = one_leased_worker().await;
     // On partition 0's chunk filter, but with no message token: unroutable, dead-lettered by
     // the consume loop itself (`dead_letter_now`).
     js.publish("toolstream.p.0.chunks.only-a-conversation", "{}".into())
@@ -219,22 +216,7 @@ async fn a_dead_letter_published_straight_from_the_consume_loop_names_its_owner(
 async fn a_live_owner_whose_consumer_was_deleted_recovers() {
     use async_nats::HeaderMap;
     use chunk_model::wire::headers;
-    let server = NatsServer::start().expect("nats-server");
-    let nats = client(&server.url()).await;
-    let js = jetstream::new(nats.clone());
-    let dir = tempfile::tempdir().unwrap();
-    let flags = leased("a");
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let a = Worker::start(&server.url(), &dir.path().join("a"), &flags);
-    wait_for(
-        "worker a owning both partitions",
-        || async {
-            let names = consumer_names(&js).await;
-            !epochs_of(&names, 0).is_empty() && !epochs_of(&names, 1).is_empty()
-        },
-        || tail(&a.log(), 40),
-    )
-    .await;
+    let (_server, _nats, js, _dir, a) = one_leased_worker().await;
     let conv = (0..100)
         .map(|i| format!("conv-{i}"))
         .find(|c| chunk_model::wire::Subjects::partition_of(2, c) == 0)
