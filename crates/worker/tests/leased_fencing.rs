@@ -85,6 +85,42 @@ fn leased(id: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// A conversation of partition `k` (of 2).
+fn conv_of(k: u32) -> String {
+    (0..100)
+        .map(|i| format!("conv-{i}"))
+        .find(|c| chunk_model::wire::Subjects::partition_of(2, c) == k)
+        .unwrap()
+}
+
+/// One call's openai-chat stream as message `m` of `conv`, on partition `k`'s subject.
+async fn publish_a_call(js: &jetstream::Context, k: u32, conv: &str) {
+    use async_nats::HeaderMap;
+    use chunk_model::wire::headers;
+    let calls = vec![toolstream_testkit::harness::Call {
+        id: "call_1".into(),
+        name: "f".into(),
+        args: serde_json::json!({"x": 1}),
+    }];
+    for (seq, body) in toolstream_testkit::harness::openai_chat_stream(&calls)
+        .iter()
+        .enumerate()
+    {
+        let mut h = HeaderMap::new();
+        h.insert(headers::PROVIDER, "openai-chat");
+        h.insert(headers::SEQ, seq.to_string().as_str());
+        js.publish_with_headers(
+            format!("toolstream.p.{k}.chunks.{conv}.m"),
+            h,
+            body.clone().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .expect("stored");
+    }
+}
+
 /// A nats-server, a client, and leased worker `a` owning both partitions (its consumers exist).
 async fn one_leased_worker() -> (
     NatsServer,
@@ -214,8 +250,6 @@ async fn a_dead_letter_published_straight_from_the_consume_loop_names_its_owner(
 /// given up so another owner rebuilds it.
 #[tokio::test]
 async fn a_live_owner_whose_consumer_was_deleted_recovers() {
-    use async_nats::HeaderMap;
-    use chunk_model::wire::headers;
     let (_server, _nats, js, _dir, a) = one_leased_worker().await;
     let conv = (0..100)
         .map(|i| format!("conv-{i}"))
@@ -227,28 +261,7 @@ async fn a_live_owner_whose_consumer_was_deleted_recovers() {
         .delete_consumer(&format!("toolstream-e{epoch}-p0-chunks"))
         .await
         .expect("delete (what a deposed owner's delete_other_epochs does)");
-    let calls = vec![toolstream_testkit::harness::Call {
-        id: "call_1".into(),
-        name: "f".into(),
-        args: serde_json::json!({"x": 1}),
-    }];
-    for (seq, body) in toolstream_testkit::harness::openai_chat_stream(&calls)
-        .iter()
-        .enumerate()
-    {
-        let mut h = HeaderMap::new();
-        h.insert(headers::PROVIDER, "openai-chat");
-        h.insert(headers::SEQ, seq.to_string().as_str());
-        js.publish_with_headers(
-            format!("toolstream.p.0.chunks.{conv}.m"),
-            h,
-            body.clone().into(),
-        )
-        .await
-        .unwrap()
-        .await
-        .expect("stored");
-    }
+    publish_a_call(&js, 0, &conv).await;
     let events = js.get_stream("TOOLSTREAM_EVENTS").await.unwrap();
     wait_for(
         "the message's events (the partition recovering)",
@@ -261,4 +274,64 @@ async fn a_live_owner_whose_consumer_was_deleted_recovers() {
         || format!("lease still held by a; worker log:\n{}", tail(&a.log(), 30)),
     )
     .await;
+}
+
+/// A checkpoint written by an owner whose own consumer had acked nothing yet (a partition
+/// handed to it and straight back) recorded floor 0: the next owner then read the partition's
+/// whole input again (found by a new user's run of the README). The floors it was restored
+/// from are kept.
+#[tokio::test]
+async fn a_partition_handed_back_and_forth_without_input_reads_nothing_again() {
+    let (server, _nats, js, dir, mut a) = one_leased_worker().await;
+    // input on partition 1 (the one a second worker's share takes), assembled by a
+    let conv = conv_of(1);
+    publish_a_call(&js, 1, &conv).await;
+    let events = js.get_stream("TOOLSTREAM_EVENTS").await.unwrap();
+    wait_for(
+        "the message's events",
+        || async {
+            events
+                .get_last_raw_message_by_subject(&format!("toolstream.events.{conv}.m"))
+                .await
+                .is_ok()
+        },
+        || tail(&a.log(), 30),
+    )
+    .await;
+    // b joins: partition 1 is handed to it (a's final checkpoint has a real floor)
+    let flags = leased("b");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut b = Worker::start(&server.url(), &dir.path().join("b"), &flags);
+    wait_for(
+        "b rebuilt partition 1 from a's checkpoint",
+        || async { b.log().contains("partition caught up") },
+        || tail(&b.log(), 30),
+    )
+    .await;
+    // b leaves at once, having acked nothing: partition 1 goes back to a
+    assert!(b.terminate(), "b stops cleanly:\n{}", tail(&b.log(), 30));
+    let back = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("partition caught up") && l.contains("partition=1 "))
+            .count()
+    };
+    wait_for(
+        "a took partition 1 back",
+        || async { back(&a.log()) >= 2 },
+        || tail(&a.log(), 30),
+    )
+    .await;
+    let log = a.log();
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("partition caught up") && l.contains("partition=1 "))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        last.contains("inputs=0 "),
+        "a read partition 1's input again after b's checkpoint: {last}\n{}",
+        tail(&a.log(), 40)
+    );
+    assert!(a.terminate());
 }

@@ -163,6 +163,10 @@ pub(crate) struct Writer {
     pub guard: Arc<dyn Guard>,
     pub last: tokio::time::Instant,
     pub uploading: Option<JoinHandle<()>>,
+    /// The floors of the checkpoint this engine was restored from: everything up to them is in
+    /// its store, so a checkpoint never records less (a new consumer that has acked nothing
+    /// yet reports floor 0, which would send the next owner back to the first input).
+    pub restored_floors: BTreeMap<String, u64>,
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -193,10 +197,9 @@ impl Writer {
             let mut consumer = consumer.clone();
             match consumer.info().await {
                 Ok(info) => {
-                    floors.insert(
-                        info.config.filter_subject.clone(),
-                        info.ack_floor.stream_sequence,
-                    );
+                    let filter = info.config.filter_subject.clone();
+                    let restored = self.restored_floors.get(&filter).copied().unwrap_or(0);
+                    floors.insert(filter, info.ack_floor.stream_sequence.max(restored));
                 }
                 Err(e) => {
                     tracing::debug!(partition = self.partition, error = %e, "no checkpoint: consumer info");
@@ -241,13 +244,17 @@ impl Writer {
                     epoch = taken.epoch,
                     "checkpoint not uploaded: the bucket holds a newer owner's"
                 ),
-                Ok(true) => tracing::debug!(
-                    partition,
-                    epoch = taken.epoch,
-                    pairs = taken.pairs,
-                    bytes = stats.bytes,
-                    "checkpoint uploaded"
-                ),
+                Ok(true) => {
+                    tracing::info!(
+                        partition,
+                        epoch = taken.epoch,
+                        pairs = taken.pairs,
+                        bytes = stats.bytes,
+                        "checkpoint uploaded"
+                    );
+                    // the bucket holds it now; the local copy is not needed again
+                    let _ = tokio::fs::remove_file(&file).await;
+                }
                 Err(e) => {
                     tracing::warn!(partition, error = %format!("{e:#}"), "checkpoint not uploaded; the next one is tried at its time")
                 }

@@ -131,6 +131,7 @@ impl Engine {
             .data_dir
             .join(format!("leased-{partition}-e{}.checkpoint", lease.epoch));
         discard(&store_dir).await?;
+        discard_checkpoint_files(&config.data_dir, partition).await;
         crate::run::private_dir::ensure_private(&config.data_dir)?;
         let checkpoints = Arc::new(Checkpoints::new(shared.js.clone(), config.streams.replicas));
         let (store, restored) = restore(config, &checkpoints, partition, &file, &store_dir).await?;
@@ -238,6 +239,10 @@ impl Engine {
             guard: Arc::clone(&lease.guard),
             last: tokio::time::Instant::now(),
             uploading: None,
+            restored_floors: restored
+                .as_ref()
+                .map(|t| t.floors.clone())
+                .unwrap_or_default(),
         };
         let epoch = lease.epoch;
         let mut engine = Engine::launch(
@@ -543,6 +548,21 @@ async fn restore(
 /// that switching modes never rebuilds over a store that still holds unpublished events.
 pub(crate) fn leased_store_dir(config: &Config, partition: u32) -> PathBuf {
     config.data_dir.join(format!("leased-{partition}"))
+}
+
+/// Removes the checkpoint files of `partition`'s earlier leases this worker left behind (an
+/// upload cut short by a lost lease): checkpoints live in NATS.
+async fn discard_checkpoint_files(data_dir: &Path, partition: u32) {
+    let prefix = format!("leased-{partition}-e");
+    let Ok(mut entries) = tokio::fs::read_dir(data_dir).await else {
+        return;
+    };
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with(&prefix) && name.ends_with(".checkpoint") {
+            let _ = tokio::fs::remove_file(entry.path()).await;
+        }
+    }
 }
 
 /// Removes a leased store left from an earlier lease: the partition is rebuilt from NATS,
