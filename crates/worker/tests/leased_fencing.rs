@@ -335,3 +335,46 @@ async fn a_partition_handed_back_and_forth_without_input_reads_nothing_again() {
     );
     assert!(a.terminate());
 }
+
+/// A worker started with another `--partitions` than the running ones used to take leases
+/// under its own count and make the others hand partitions off to it, leaving some unowned
+/// (found by a new user's run of the README). It now acquires nothing and says why; the
+/// running worker keeps serving every partition.
+#[tokio::test]
+async fn a_worker_with_another_partition_count_takes_nothing_and_says_so() {
+    let (server, _nats, js, dir, mut a) = one_leased_worker().await;
+    let mut flags = leased("x");
+    let at = flags.iter().position(|f| f == "--partitions").unwrap();
+    flags[at + 1] = "3".to_string();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut x = Worker::start(&server.url(), &dir.path().join("x"), &flags);
+    wait_for(
+        "x refuses to acquire",
+        || async { x.log().contains("another partition count") },
+        || tail(&x.log(), 30),
+    )
+    .await;
+    // a is not asked to hand anything off, and still serves partition 1
+    let conv = conv_of(1);
+    publish_a_call(&js, 1, &conv).await;
+    let events = js.get_stream("TOOLSTREAM_EVENTS").await.unwrap();
+    wait_for(
+        "partition 1's events, from a",
+        || async {
+            events
+                .get_last_raw_message_by_subject(&format!("toolstream.events.{conv}.m"))
+                .await
+                .is_ok()
+        },
+        || tail(&a.log(), 30),
+    )
+    .await;
+    assert!(!a.log().contains("handing off"), "{}", tail(&a.log(), 30));
+    assert!(
+        !x.log().contains("lease acquired"),
+        "{}",
+        tail(&x.log(), 30)
+    );
+    assert!(x.terminate());
+    assert!(a.terminate());
+}

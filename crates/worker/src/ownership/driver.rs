@@ -30,6 +30,9 @@ struct LeaseValue {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct MemberValue {
     worker: String,
+    /// The partition count it runs with (absent: written by an older worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    partitions: Option<u32>,
 }
 
 struct Held {
@@ -44,6 +47,9 @@ struct Held {
 #[derive(Default)]
 struct View {
     members: Vec<String>,
+    /// Live workers running with another partition count: (id, count). They are not
+    /// counted as members, and while any is seen this worker acquires nothing.
+    other_layouts: Vec<(String, u32)>,
     /// Partition -> (worker, epoch) for the held ones.
     leases: BTreeMap<u32, (String, u64)>,
 }
@@ -250,6 +256,7 @@ impl Driver {
         let key = format!("w.{}", self.me());
         let value = json(&MemberValue {
             worker: self.me().to_string(),
+            partitions: Some(self.partitions),
         });
         let expect = match self.bucket.last(&key).await {
             Ok(Some(Entry { revision, value })) => {
@@ -301,7 +308,10 @@ impl Driver {
                     bucket
                         .put_if(
                             &format!("w.{me}"),
-                            json(&MemberValue { worker: me.clone() }),
+                            json(&MemberValue {
+                                worker: me.clone(),
+                                partitions: Some(self.partitions),
+                            }),
                             rev,
                         )
                         .await,
@@ -515,19 +525,32 @@ impl Driver {
             )
             .await;
             let mut live = Vec::new();
+            let mut other = Vec::new();
             for (key, read) in reads {
-                if let Some(Entry { value: Some(_), .. }) = read? {
+                if let Some(Entry {
+                    value: Some(value), ..
+                }) = read?
+                {
                     if let Some(id) = key.strip_prefix("w.") {
-                        live.push(id.to_string());
+                        let theirs = serde_json::from_slice::<MemberValue>(&value)
+                            .ok()
+                            .and_then(|m| m.partitions);
+                        match theirs {
+                            Some(n) if n != self.partitions => other.push((id.to_string(), n)),
+                            _ => live.push(id.to_string()),
+                        }
                     }
                 }
             }
-            Ok::<_, String>(live)
+            Ok::<_, String>((live, other))
         };
         let (leases, members) = tokio::join!(leases, members);
         let mut view = View::default();
         match members {
-            Ok(m) => view.members = m,
+            Ok((m, other)) => {
+                view.members = m;
+                view.other_layouts = other;
+            }
             Err(e) => {
                 tracing::warn!(worker = %self.me(), error = %e, "reading the members failed");
                 return None;
@@ -617,6 +640,20 @@ impl Driver {
             });
         }
         if self.settling {
+            return;
+        }
+        if !self.view.other_layouts.is_empty() && self.held.is_empty() {
+            // Workers that disagree on the partition count would each think partitions free
+            // that the other holds under another mapping. A worker that holds nothing yet (the
+            // newcomer) acquires nothing until they agree; workers already serving go on (the
+            // others are not counted as members).
+            tracing::error!(
+                worker = %me,
+                partitions = self.partitions,
+                others = ?self.view.other_layouts,
+                "live workers run with another partition count (--partitions): acquiring \
+                 nothing until every worker uses the same count as the server's mapping"
+            );
             return;
         }
         let mut want = plan.want;
