@@ -121,6 +121,28 @@ async fn publish_a_call(js: &jetstream::Context, k: u32, conv: &str) {
     }
 }
 
+/// Waits until message `m` of `conv` has an event in the events stream.
+async fn message_published(
+    js: &jetstream::Context,
+    conv: &str,
+    what: &str,
+    logs: impl Fn() -> String,
+) {
+    let events = js.get_stream("TOOLSTREAM_EVENTS").await.unwrap();
+    let subject = format!("toolstream.events.{conv}.m");
+    wait_for(
+        what,
+        || async {
+            events
+                .get_last_raw_message_by_subject(&subject)
+                .await
+                .is_ok()
+        },
+        logs,
+    )
+    .await;
+}
+
 /// A nats-server, a client, and leased worker `a` owning both partitions (its consumers exist).
 async fn one_leased_worker() -> (
     NatsServer,
@@ -262,15 +284,10 @@ async fn a_live_owner_whose_consumer_was_deleted_recovers() {
         .await
         .expect("delete (what a deposed owner's delete_other_epochs does)");
     publish_a_call(&js, 0, &conv).await;
-    let events = js.get_stream("TOOLSTREAM_EVENTS").await.unwrap();
-    wait_for(
+    message_published(
+        &js,
+        &conv,
         "the message's events (the partition recovering)",
-        || async {
-            events
-                .get_last_raw_message_by_subject(&format!("toolstream.events.{conv}.m"))
-                .await
-                .is_ok()
-        },
         || format!("lease still held by a; worker log:\n{}", tail(&a.log(), 30)),
     )
     .await;
@@ -286,18 +303,7 @@ async fn a_partition_handed_back_and_forth_without_input_reads_nothing_again() {
     // input on partition 1 (the one a second worker's share takes), assembled by a
     let conv = conv_of(1);
     publish_a_call(&js, 1, &conv).await;
-    let events = js.get_stream("TOOLSTREAM_EVENTS").await.unwrap();
-    wait_for(
-        "the message's events",
-        || async {
-            events
-                .get_last_raw_message_by_subject(&format!("toolstream.events.{conv}.m"))
-                .await
-                .is_ok()
-        },
-        || tail(&a.log(), 30),
-    )
-    .await;
+    message_published(&js, &conv, "the message's events", || tail(&a.log(), 30)).await;
     // b joins: partition 1 is handed to it (a's final checkpoint has a real floor)
     let flags = leased("b");
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -357,17 +363,9 @@ async fn a_worker_with_another_partition_count_takes_nothing_and_says_so() {
     // a is not asked to hand anything off, and still serves partition 1
     let conv = conv_of(1);
     publish_a_call(&js, 1, &conv).await;
-    let events = js.get_stream("TOOLSTREAM_EVENTS").await.unwrap();
-    wait_for(
-        "partition 1's events, from a",
-        || async {
-            events
-                .get_last_raw_message_by_subject(&format!("toolstream.events.{conv}.m"))
-                .await
-                .is_ok()
-        },
-        || tail(&a.log(), 30),
-    )
+    message_published(&js, &conv, "partition 1's events, from a", || {
+        tail(&a.log(), 30)
+    })
     .await;
     assert!(!a.log().contains("handing off"), "{}", tail(&a.log(), 30));
     assert!(
