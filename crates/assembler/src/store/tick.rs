@@ -131,25 +131,24 @@ pub(crate) fn expire_due(
         txn.inner.config.idle_timeout_ms,
         txn.inner.config.orphan_grace_ms,
     );
-    if txn.stream_exists(key)? {
-        let (gap, idle) = {
-            let st = txn.stream(key)?;
-            (
-                st.gap_expired(now, gap_timeout),
-                kind == InputKind::Chunk && st.idle_expired(now, idle_timeout),
-            )
-        };
-        if gap {
-            expire_gap(txn, key, kind, conv, msg, now)?;
-        } else if idle && txn.inner.open.contains(key) {
-            end_stream(txn, key, conv, msg, Reason::Timeout, now)?;
-        }
+    // the same in-memory indexes `tick` walks: no storage read for a stream without timers
+    let gap = txn.inner.gapped.contains(key) && txn.stream(key)?.gap_expired(now, gap_timeout);
+    if gap {
+        expire_gap(txn, key, kind, conv, msg, now)?;
+    } else if kind == InputKind::Chunk
+        && txn.inner.open.contains(key)
+        && txn.stream(key)?.idle_expired(now, idle_timeout)
+    {
+        end_stream(txn, key, conv, msg, Reason::Timeout, now)?;
     }
+    // only this conversation's pending results (the map is ordered by conversation first):
+    // this runs before every input
     let orphans: Vec<(String, String)> = txn
         .inner
         .pending
-        .iter()
-        .filter(|((c, _), t)| c == conv && now.saturating_sub(**t) >= grace)
+        .range((conv.to_string(), String::new())..)
+        .take_while(|((c, _), _)| c == conv)
+        .filter(|(_, t)| now.saturating_sub(**t) >= grace)
         .map(|(k, _)| k.clone())
         .collect();
     for (c, id) in orphans {
