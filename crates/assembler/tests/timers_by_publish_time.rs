@@ -18,7 +18,7 @@
 mod common;
 
 use assembler::{Config, Input, OutboxKind, Store};
-use common::{oa_delta, oa_finish};
+use common::oa_delta;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -50,14 +50,7 @@ fn events(store: &Store) -> Vec<(String, String, String)> {
 
 #[test]
 fn a_rebuild_applies_a_late_chunk_before_the_gap_timer_the_first_owner_fired() {
-    let stream = [
-        oa_delta(0, Some("call_a"), Some("get_weather"), ""),
-        oa_delta(0, None, None, "{\"city\":"),
-        oa_delta(0, None, None, "\"Paris\"}"),
-        oa_delta(1, Some("call_b"), Some("get_time"), "{}"),
-        oa_finish("tool_calls"),
-        b"[DONE]".to_vec(),
-    ];
+    let stream = common::two_call_stream();
     let dir = tempfile::tempdir().unwrap();
     let first = Store::open(&dir.path().join("first"), Config::default()).unwrap();
     // chunk 0 applied and acked, then the owner's checkpoint (its floor is just after chunk 0)

@@ -10,14 +10,9 @@ impl Deployed {
     /// A leased worker `id` as `toolstream-worker` with its own inbox and data directory.
     fn leased_worker(&self, id: &str) -> Worker {
         let parts = PARTITIONS.to_string();
-        Worker::start_with_env(
-            &self.server.url(),
-            &self.dir.path().join(id),
+        self.worker_user(
+            id,
             &[
-                "--user",
-                "toolstream-worker",
-                "--inbox-prefix",
-                WORKER_INBOX,
                 "--partitions",
                 &parts,
                 "--assignment",
@@ -29,7 +24,6 @@ impl Deployed {
                 "--worker-id",
                 id,
             ],
-            &[("TOOLSTREAM_PASSWORD", WORKER_PW)],
         )
     }
 }

@@ -186,21 +186,24 @@ impl Deployed {
     fn worker(&self, extra: &[&str]) -> Worker {
         let parts = PARTITIONS.to_string();
         let k = self.partition.to_string();
-        let mut args = vec![
+        let mut args = vec!["--partitions", &parts, "--partition", &k];
+        args.extend_from_slice(extra);
+        self.worker_user("data", &args)
+    }
+
+    /// A worker logged in as `toolstream-worker` with its own inbox, its store in `dir`.
+    fn worker_user(&self, dir: &str, args: &[&str]) -> Worker {
+        let mut all = vec![
             "--user",
             "toolstream-worker",
             "--inbox-prefix",
             WORKER_INBOX,
-            "--partitions",
-            &parts,
-            "--partition",
-            &k,
         ];
-        args.extend_from_slice(extra);
+        all.extend_from_slice(args);
         Worker::start_with_env(
             &self.server.url(),
-            &self.dir.path().join("data"),
-            &args,
+            &self.dir.path().join(dir),
+            &all,
             &[("TOOLSTREAM_PASSWORD", WORKER_PW)],
         )
     }
