@@ -89,8 +89,14 @@ pub struct Payloads {
     bucket: String,
     /// `Some(replicas)`: create the bucket when missing; `None`: only open it.
     create: Option<usize>,
+    /// The description a created bucket gets.
+    description: &'static str,
     store: Arc<OnceCell<ObjectStore>>,
 }
+
+/// The payload bucket's description.
+const PAYLOADS_DESCRIPTION: &str =
+    "toolstream: events, dead-letter bodies and query replies larger than max_payload";
 
 impl std::fmt::Debug for Payloads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -110,8 +116,15 @@ impl Payloads {
             js,
             bucket: bucket.to_string(),
             create: Some(replicas.max(1)),
+            description: PAYLOADS_DESCRIPTION,
             store: Arc::new(OnceCell::new()),
         }
+    }
+
+    /// The same, for another bucket: a created bucket says `description`.
+    pub fn described(mut self, description: &'static str) -> Payloads {
+        self.description = description;
+        self
     }
 
     /// The bucket `bucket`, which must exist already (never created from here).
@@ -120,6 +133,7 @@ impl Payloads {
             js,
             bucket: bucket.to_string(),
             create: None,
+            description: PAYLOADS_DESCRIPTION,
             store: Arc::new(OnceCell::new()),
         }
     }
@@ -152,11 +166,7 @@ impl Payloads {
                             .js
                             .create_object_store(object_store::Config {
                                 bucket: self.bucket.clone(),
-                                description: Some(
-                                    "toolstream: events, dead-letter bodies and query replies \
-                                     larger than max_payload"
-                                        .to_string(),
-                                ),
+                                description: Some(self.description.to_string()),
                                 storage: StorageType::File,
                                 num_replicas: replicas,
                                 ..Default::default()
@@ -164,7 +174,7 @@ impl Payloads {
                             .await;
                         match created {
                             Ok(store) => {
-                                tracing::info!(bucket = %self.bucket, replicas, "created the payload bucket");
+                                tracing::info!(bucket = %self.bucket, replicas, "created the object store bucket");
                                 Ok(store)
                             }
                             // another worker may have created it meanwhile

@@ -15,8 +15,7 @@
 use anyhow::Context as _;
 use assembler::Store;
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::object_store::{self, ObjectMetadata, ObjectStore};
-use async_nats::jetstream::stream::StorageType;
+use async_nats::jetstream::object_store::{ObjectMetadata, ObjectStore};
 use serde::{Deserialize, Serialize};
 use sink::guarded::Guard;
 use std::collections::BTreeMap;
@@ -47,50 +46,19 @@ pub(crate) struct Taken {
 
 /// The bucket, opened (created when missing) on first use.
 pub(crate) struct Checkpoints {
-    js: async_nats::jetstream::Context,
-    replicas: usize,
-    bucket: tokio::sync::OnceCell<ObjectStore>,
+    bucket: sink::payloads::Payloads,
 }
 
 impl Checkpoints {
     pub fn new(js: async_nats::jetstream::Context, replicas: usize) -> Checkpoints {
         Checkpoints {
-            js,
-            replicas,
-            bucket: tokio::sync::OnceCell::new(),
+            bucket: sink::payloads::Payloads::new(js, BUCKET, replicas)
+                .described("toolstream: the last checkpoint of each leased partition"),
         }
     }
 
     async fn bucket(&self) -> anyhow::Result<ObjectStore> {
-        self.bucket
-            .get_or_try_init(|| async {
-                if let Ok(store) = self.js.get_object_store(BUCKET).await {
-                    return Ok(store);
-                }
-                let created = self
-                    .js
-                    .create_object_store(object_store::Config {
-                        bucket: BUCKET.to_string(),
-                        description: Some(
-                            "toolstream: the last checkpoint of each leased partition".to_string(),
-                        ),
-                        storage: StorageType::File,
-                        num_replicas: self.replicas,
-                        ..Default::default()
-                    })
-                    .await;
-                match created {
-                    Ok(store) => Ok(store),
-                    // another worker may have created it meanwhile
-                    Err(create) => self
-                        .js
-                        .get_object_store(BUCKET)
-                        .await
-                        .map_err(|_| anyhow::anyhow!("create bucket {BUCKET}: {create}")),
-                }
-            })
-            .await
-            .cloned()
+        Ok(self.bucket.bucket().await?)
     }
 
     fn object(partition: u32) -> String {
