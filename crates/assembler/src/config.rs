@@ -35,6 +35,35 @@ pub struct Config {
     /// Outbox rows are never deleted by retention (the relay owns them). Work is bounded:
     /// at most [`crate::store::EXPIRE_PER_TICK`] messages per `Store::tick`.
     pub retention_ms: u64,
+    /// Most completed messages kept (default 50,000; `0`: no count bound, only
+    /// `retention_ms`), like Kafka's `retention.bytes` beside `retention.ms`: when more are
+    /// kept, the oldest (by completion) are deleted early, exactly as `retention_ms` deletes
+    /// them (state, argument pieces, call-id index entries, parked inputs; stream tombstones
+    /// left). Tombstones are bounded by the same number: past it the oldest are dropped
+    /// early. Each stored message costs memory (sled keeps per-page state for every page of
+    /// the database, ~1 KB per kept message), so this bounds the memory of history by
+    /// configuration instead of by completion rate × `retention_ms`. Whichever bound comes
+    /// first deletes.
+    ///
+    /// What the count bound gives up, with `n` this setting and completions counted per store
+    /// (per partition): a message is kept only until `n` more complete after it, so
+    /// - a tool result arriving after that finds no call and becomes `tool_result.orphaned`
+    ///   (after `orphan_grace_ms`), and snapshots no longer show the message: keep `n` above
+    ///   the peak completion rate × the longest tool run (50,000 at 100 completions/s is
+    ///   8 minutes);
+    /// - a redelivered chunk of the message is a duplicate while its tombstone exists: until
+    ///   about `n` further messages were deleted after it, ~2 `n` completions after its own.
+    ///   After that (a producer re-publishing an old message, a JetStream redelivery slower
+    ///   than 2 `n` completions) its chunks open a new stream and end as any new stream
+    ///   would (sequence 0 starts a call that ends `abandoned`/`timeout`, a later number
+    ///   waits for a gap that ends `gap`) instead of being dropped as duplicates.
+    ///
+    /// Work is bounded as for `retention_ms`: per `Store::tick` at most
+    /// [`crate::store::EXPIRE_PER_TICK`] messages deleted and as many tombstones dropped.
+    /// The counts are kept in memory (read from the retention index at open, one keys-only
+    /// pass, only when this is not 0). Messages completed by a store older than the
+    /// retention index are neither counted nor deleted.
+    pub retention_max_messages: usize,
     /// Memory sled may use for its page cache, in bytes (default 64 MiB; sled's own default
     /// is 1 GiB). The argument text of open calls lives in the store, not in the process's
     /// memory, so this (plus the write-back buffer of one batch, see
@@ -99,6 +128,7 @@ impl Default for Config {
             gap_timeout_ms: 30_000,
             orphan_grace_ms: 600_000,
             retention_ms: 604_800_000,
+            retention_max_messages: 50_000,
             storage_cache_bytes: 64 * 1024 * 1024,
             message_cache_entries: 10_000,
             previews: Previews::default(),

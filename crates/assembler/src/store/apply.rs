@@ -479,6 +479,7 @@ pub(crate) fn after_step_of(
             keys::done(now, keys::DoneTag::Message, conv, msg),
             Vec::new(),
         );
+        txn.inner.note_completed();
     }
     let skey = keys::stream(InputKind::Chunk, conv, stream_msg);
     let mut open = false;

@@ -36,8 +36,22 @@ pub(crate) struct Inner {
     pub outbox_next: u64,
     /// Next message order number.
     pub order_next: u64,
+    /// Entries of the retention index ([`Space::Done`]), by kind: what
+    /// `retention_max_messages` bounds. Counted only when that setting is not 0 (read at
+    /// load, one pass over the index's keys); kept up to date by the commits that write or
+    /// delete entries (a message's completion, retention).
+    pub retained: Retained,
     /// The cache may disagree with storage (a commit failed): reload before use.
     pub stale: bool,
+}
+
+/// Completed messages and tombstones kept in the store, as counted by the retention index.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retained {
+    /// Completed messages not deleted yet.
+    pub messages: usize,
+    /// Deleted messages whose stream tombstones are still kept.
+    pub tombstones: usize,
 }
 
 fn read_u64(storage: &dyn Storage, key: &[u8]) -> Result<u64, StoreError> {
@@ -64,6 +78,7 @@ impl Inner {
             pending: BTreeMap::new(),
             outbox_next: 0,
             order_next: 0,
+            retained: Retained::default(),
             stale: false,
         };
         for (k, _) in storage.scan_prefix(Space::Live, b"")? {
@@ -82,11 +97,20 @@ impl Inner {
                 inner.pending.insert(ids, p.received_ms);
             }
         }
+        if inner.config.retention_max_messages > 0 {
+            inner.retained = count_retained(storage)?;
+        }
         // Keys keep increasing across restarts even when every row was removed: the counter
         // is written in the same commit as the rows it numbers.
         inner.outbox_next = read_u64(storage, keys::META_OUTBOX_NEXT)?;
         inner.order_next = read_u64(storage, keys::META_ORDER_NEXT)?;
         Ok(inner)
+    }
+
+    /// Notes a completed message written to the retention index by the unit of work in
+    /// progress (if that unit fails, the cache is stale and [`Inner::load`] counts again).
+    pub fn note_completed(&mut self) {
+        self.retained.messages += 1;
     }
 
     /// Updates the timer indexes for a stream's current state.
@@ -102,4 +126,17 @@ impl Inner {
             self.gapped.insert(key.to_vec());
         }
     }
+}
+
+/// Counts the retention index's entries by kind (keys only; values are empty).
+fn count_retained(storage: &dyn Storage) -> Result<Retained, StoreError> {
+    let mut retained = Retained::default();
+    for (k, _) in storage.scan_prefix(Space::Done, b"")? {
+        match keys::parse_done(&k).map(|(_, tag, _, _)| tag) {
+            Some(keys::DoneTag::Message) => retained.messages += 1,
+            Some(keys::DoneTag::Tombstone) => retained.tombstones += 1,
+            None => {}
+        }
+    }
+    Ok(retained)
 }

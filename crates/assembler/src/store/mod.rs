@@ -11,8 +11,9 @@
 //!   [`crate::core::matching`].
 //! - `dead_letter` — an input's facts and its dead-letter row (wire headers and id).
 //! - `tick` — gap, idle and orphan timeouts, then retention.
-//! - `retention` — deleting completed messages `retention_ms` after completion (bounded per
-//!   tick; the redelivery decision is documented there).
+//! - `retention` — deleting completed messages `retention_ms` after completion or when more
+//!   than `retention_max_messages` are kept (bounded per tick; the redelivery decision is
+//!   documented there).
 //! - `seen` — the producer numbers a stream has seen (duplicate detection), packed per 32
 //!   numbers into one value; staged in the unit of work, merged at commit.
 //! - `attempts` — the durable note of an input applied alone, and the process stops while
@@ -53,6 +54,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use inner::Retained;
 pub use retention::EXPIRE_PER_TICK;
 
 /// The assembler store. Cheap to clone (shared handles); `Send + Sync`. `apply` and `tick`
@@ -238,6 +240,13 @@ impl Store {
     /// Number of chunk streams whose message has not completed.
     pub fn open_streams(&self) -> usize {
         self.lock().open.len()
+    }
+
+    /// Completed messages and tombstones kept, as counted for `retention_max_messages`
+    /// (`None` when that setting is 0: then nothing is counted).
+    pub fn retained(&self) -> Option<Retained> {
+        let inner = self.lock();
+        (inner.config.retention_max_messages > 0).then_some(inner.retained)
     }
 
     /// The stored calls and results of one message, if it is known.

@@ -1,5 +1,8 @@
-//! Retention: deleting completed messages `retention_ms` after their `message.completed`,
-//! each message in ONE commit, a bounded number per tick.
+//! Retention: deleting completed messages `retention_ms` after their `message.completed`, or
+//! early when more than `retention_max_messages` are kept (oldest first, like Kafka's
+//! `retention.bytes` beside `retention.ms`), each message in ONE commit, a bounded number per
+//! tick. Both bounds delete through the same path ([`delete_message`]) and leave the same
+//! tombstones.
 //!
 //! The retention index ([`Space::Done`]) holds `(time, tag, message key)`, written in the
 //! commit that completes a message, so expiry scans from the oldest entry and stops at the
@@ -20,6 +23,22 @@
 //! completes). The result-stream tombstone is not closed, so such new results still apply.
 //! Messages completed before the index existed have no entry and are kept. Outbox rows are
 //! never touched (the relay owns them), nor the conversation's provider record.
+//!
+//! Count bound (`retention_max_messages` = `n`, not 0): the index's entries are counted in
+//! memory by kind ([`super::inner::Retained`]: read at open with one pass over the index's
+//! keys, then moved by the commits that write entries — a completion, here). Past `n` kept
+//! messages the oldest are deleted as above; past `n` tombstones the oldest are dropped. What a
+//! tombstone protects is the redelivery decision above; bounding tombstones by count shortens
+//! it from "2 × `retention_ms` after completion" to "until about `n` messages were deleted
+//! after this one", i.e. about 2 `n` completions after its own (whichever ends first). A
+//! redelivery later than that starts a new stream instead of being a duplicate: its chunks
+//! end as a new stream's would (from sequence 0, a call that ends `abandoned`/`timeout`; from
+//! a later number, a gap that ends `gap`), visible, never a second `completed` of the old
+//! call unless every chunk is re-sent. JetStream redelivers only unacked inputs, within
+//! `ack_wait`, so this needs a producer re-publishing an old message or more than 2 `n`
+//! completions per partition within a redelivery. Without a tombstone bound the tombstones,
+//! which are records too (a stream record and an index entry each), would grow with the
+//! completion rate × `retention_ms` exactly like the messages did.
 
 use super::inner::Inner;
 use super::records::{from_bytes, to_bytes, CallIndex};
@@ -29,37 +48,74 @@ use crate::input::InputKind;
 use crate::keys::{self, DoneTag, ResultTag};
 use crate::storage::{Space, Storage, WriteSet};
 
-/// Most retention-index entries handled by one tick (messages deleted or tombstones
-/// dropped), so one tick never stalls the consume loop; the rest wait for the next tick.
+/// Most messages deleted by one tick, and most tombstones dropped, so one tick never stalls
+/// the consume loop; the rest wait for the next tick.
 pub const EXPIRE_PER_TICK: usize = 1_000;
 
-/// Deletes what is due at `now`, oldest first, at most [`EXPIRE_PER_TICK`] entries. Returns
-/// the number of entries handled.
+/// Deletes what is due at `now` (by `retention_ms`) and what is over the count bound
+/// (`retention_max_messages`), oldest first: at most [`EXPIRE_PER_TICK`] messages deleted and
+/// as many tombstones dropped, from one read of the index's first 2 × [`EXPIRE_PER_TICK`]
+/// entries. Returns the number of entries handled.
+///
+/// Order: the index is in time order, messages by completion and tombstones by deletion.
+/// Under the count bound the `k`-th deletion is of the `k`-th completion and happens at about
+/// the `(k + n)`-th completion, so a tombstone's entry sits beside the messages that completed
+/// when it was written and the oldest message and the oldest tombstone are both near the
+/// start: an entry within its bound that stands before one over it is passed over (it counts
+/// against the read), and in a steady state few are. After a burst (many completions within
+/// one tick), tombstones can sit behind up to `n` kept messages and wait for them: the
+/// tombstone count then stays above the bound until those messages are deleted (at most
+/// `2 n` tombstones, transiently).
 pub(crate) fn expire(
     inner: &mut Inner,
     storage: &dyn Storage,
     now: u64,
 ) -> Result<usize, StoreError> {
     let retention = inner.config.retention_ms;
-    if retention == 0 {
+    let cap = inner.config.retention_max_messages;
+    let over = |inner: &Inner, tag: DoneTag| {
+        cap > 0
+            && match tag {
+                DoneTag::Message => inner.retained.messages > cap,
+                DoneTag::Tombstone => inner.retained.tombstones > cap,
+            }
+    };
+    let any_over = |inner: &Inner| over(inner, DoneTag::Message) || over(inner, DoneTag::Tombstone);
+    if retention == 0 && !any_over(inner) {
         return Ok(0);
     }
-    let mut handled = 0;
-    for (key, _) in storage.first_n(Space::Done, EXPIRE_PER_TICK)? {
+    let (mut deleted, mut dropped) = (0, 0);
+    for (key, _) in storage.first_n(Space::Done, 2 * EXPIRE_PER_TICK)? {
         let (at, tag, conv, msg) = keys::parse_done(&key).ok_or(StoreError::Corrupt {
             space: "done",
             detail: "unreadable retention key".into(),
         })?;
-        if now.saturating_sub(at) < retention {
-            break;
+        let due = retention > 0 && now.saturating_sub(at) >= retention;
+        if !due {
+            if !any_over(inner) {
+                // in time order: nothing later is due either
+                break;
+            }
+            if !over(inner, tag) {
+                continue;
+            }
         }
         match tag {
-            DoneTag::Message => delete_message(inner, storage, &key, &conv, &msg, now)?,
-            DoneTag::Tombstone => drop_tombstones(inner, storage, &key, &conv, &msg)?,
+            DoneTag::Message if deleted < EXPIRE_PER_TICK => {
+                delete_message(inner, storage, &key, &conv, &msg, now)?;
+                deleted += 1;
+            }
+            DoneTag::Tombstone if dropped < EXPIRE_PER_TICK => {
+                drop_tombstones(inner, storage, &key, &conv, &msg)?;
+                dropped += 1;
+            }
+            _ => {}
         }
-        handled += 1;
+        if deleted >= EXPIRE_PER_TICK && dropped >= EXPIRE_PER_TICK {
+            break;
+        }
     }
-    Ok(handled)
+    Ok(deleted + dropped)
 }
 
 /// The stream's current state: the cache holds the newest for live streams.
@@ -102,7 +158,9 @@ fn delete_message(
     {
         // Not the message that completed (cannot happen: a completed message stays so);
         // drop the stale entry and touch nothing else.
-        return storage.commit(w);
+        storage.commit(w)?;
+        inner.retained.messages = inner.retained.messages.saturating_sub(1);
+        return Ok(());
     }
     if let Some(m) = message {
         for id in m.calls.iter().filter_map(|c| c.id.as_deref()) {
@@ -152,6 +210,10 @@ fn delete_message(
         );
     }
     storage.commit(w)?;
+    inner.retained.messages = inner.retained.messages.saturating_sub(1);
+    if !tombstoned.is_empty() {
+        inner.retained.tombstones += 1;
+    }
     for skey in &tombstoned {
         inner.streams.remove(skey);
         inner.open.remove(skey);
@@ -184,5 +246,7 @@ fn drop_tombstones(
             w.delete(Space::Streams, skey);
         }
     }
-    storage.commit(w)
+    storage.commit(w)?;
+    inner.retained.tombstones = inner.retained.tombstones.saturating_sub(1);
+    Ok(())
 }
