@@ -467,19 +467,30 @@ impl Txn<'_> {
     /// (every stored key costs sled memory for as long as it exists). Nothing is appended to
     /// a completed message's calls afterwards.
     fn compact_completed_args(&mut self) -> Result<(), StoreError> {
-        let completed: Vec<(Vec<u8>, usize, usize)> = self
+        // Only the piece numbers that ever had more than one piece can have several keys
+        // (a key per piece at most): the others are not read back.
+        let completed: Vec<(Vec<u8>, Vec<u32>)> = self
             .dirty_messages
             .iter()
             .filter_map(|key| {
                 let m = self.inner.messages.get(key)?;
-                (m.phase == MessagePhase::Completed)
-                    .then(|| (key.clone(), m.calls.len(), m.reasoning.len()))
+                if m.phase != MessagePhase::Completed {
+                    return None;
+                }
+                let calls = (0u32..).zip(&m.calls).flat_map(|(pos, c)| {
+                    [
+                        (c.pieces > 1).then_some(pos),
+                        (c.path_pieces > 1).then_some(pos | keys::PATH_PIECES),
+                    ]
+                });
+                let reasoning = (0u32..)
+                    .zip(&m.reasoning)
+                    .map(|(k, b)| (b.pieces > 1).then_some(k | crate::core::REASONING_PIECES));
+                let numbers = calls.chain(reasoning).flatten().collect();
+                Some((key.clone(), numbers))
             })
             .collect();
-        for (mkey, calls, reasoning) in completed {
-            let numbers = (0..calls as u32)
-                .flat_map(|pos| [pos, pos | keys::PATH_PIECES])
-                .chain((0..reasoning as u32).map(|k| k | crate::core::REASONING_PIECES));
+        for (mkey, numbers) in completed {
             for call in numbers {
                 let pieces = self.staged_scan(Space::Args, &keys::args_prefix(&mkey, call))?;
                 let mut pieces = pieces.into_iter();
