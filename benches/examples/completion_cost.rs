@@ -152,6 +152,8 @@ fn backlog(target: usize) -> Vec<Chunk> {
     out
 }
 
+// (each role's function does something of its own, so the compiler cannot fold them into one)
+
 fn input(c: &Chunk) -> Input<'_> {
     Input {
         kind: InputKind::Chunk,
@@ -167,21 +169,25 @@ fn input(c: &Chunk) -> Input<'_> {
 
 #[inline(never)]
 fn apply_opening(store: &Store, c: &Chunk, now: u64) -> Result<Applied, StoreError> {
+    black_box(Role::Opening);
     store.apply(&input(c), now)
 }
 
 #[inline(never)]
 fn apply_fragment(store: &Store, c: &Chunk, now: u64) -> Result<Applied, StoreError> {
+    black_box(Role::Fragment);
     store.apply(&input(c), now)
 }
 
 #[inline(never)]
 fn apply_call_end(store: &Store, c: &Chunk, now: u64) -> Result<Applied, StoreError> {
+    black_box(Role::CallEnd);
     store.apply(&input(c), now)
 }
 
 #[inline(never)]
 fn apply_message_end(store: &Store, c: &Chunk, now: u64) -> Result<Applied, StoreError> {
+    black_box(Role::MessageEnd);
     store.apply(&input(c), now)
 }
 
