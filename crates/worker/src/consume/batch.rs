@@ -7,12 +7,13 @@
 //! input is sparse every batch gets its own flush at once.
 //!
 //! A batch is settled (acked) only after a flush that began after its last commit returned:
-//! acks never run ahead of durability. A redelivered message is applied alone, behind its own
-//! durable note, after everything before it is settled.
+//! acks never run ahead of durability. A redelivered message (or, on a leased partition, one an
+//! earlier owner was delivered and never acked) is applied alone, behind its own durable note,
+//! after everything before it is settled.
 
 use super::apply::{apply_inputs, flush_store, BatchResult};
 use super::inputs::{parse_message, OwnedInput, Rejected};
-use super::poison::apply_alone;
+use super::poison::{apply_alone, apply_noted};
 use super::settle::{give_up_on_storage, Disposition};
 use super::watermark::now_ms;
 use super::ConsumeLoop;
@@ -88,8 +89,7 @@ impl ConsumeLoop {
     pub(super) async fn process(&self, batch: Vec<jetstream::Message>, pipeline: &mut Pipeline) {
         let mut fresh = Vec::with_capacity(batch.len());
         for msg in batch {
-            let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
-            if delivered > 1 {
+            if self.is_redelivered(&msg) {
                 if !fresh.is_empty() {
                     self.stage(std::mem::take(&mut fresh), pipeline).await;
                 }
@@ -102,6 +102,20 @@ impl ConsumeLoop {
         if !fresh.is_empty() {
             self.stage(fresh, pipeline).await;
         }
+    }
+
+    /// Whether `msg` was delivered before: by this consumer (a crash, a lost ack, a nak), or, on
+    /// a leased partition, to an earlier owner that never acked it
+    /// ([`crate::ownership::attempts`]).
+    fn is_redelivered(&self, msg: &jetstream::Message) -> bool {
+        let Ok(info) = msg.info() else {
+            return false;
+        };
+        info.delivered > 1
+            || self
+                .attempts
+                .as_ref()
+                .is_some_and(|a| a.is_suspect(info.stream_sequence))
     }
 
     /// Applies a run of fresh messages; it waits for the next flush, which starts now when none
@@ -177,32 +191,63 @@ impl ConsumeLoop {
         }
     }
 
-    /// A message delivered before: applied alone behind its durable note, flushed, settled.
+    /// A message delivered before: applied alone behind its durable note (in the store, or in
+    /// NATS for a leased partition), flushed, settled.
     async fn process_alone(&self, msg: jetstream::Message) {
         let work = self.parse(vec![msg]);
         let input = work.first().and_then(|w| w.parsed.as_ref().ok().cloned());
-        let result = match input {
-            None => BatchResult {
+        // A static worker gives up after the stops alone that follow the stop in the input's
+        // first batch; a leased partition also spent one in its takeover group
+        // (`crate::ownership::attempts`): the same `max_deliver` stops in all.
+        let stops_before_alone = if self.attempts.is_some() { 2 } else { 1 };
+        let give_up_after = u32::try_from(
+            self.config
+                .max_deliver
+                .saturating_sub(stops_before_alone)
+                .max(1),
+        )
+        .unwrap_or(u32::MAX);
+        let result = match (input, &self.attempts) {
+            (None, _) => BatchResult {
                 outcomes: Vec::new(),
                 flushed: true,
                 apply_time: Duration::ZERO,
                 flush_time: Duration::ZERO,
             },
-            Some(input) => {
+            (Some(input), None) => {
                 let store = Arc::clone(&self.store);
-                let give_up_after = u32::try_from(self.config.max_deliver.saturating_sub(1).max(1))
-                    .unwrap_or(u32::MAX);
-                tokio::task::spawn_blocking(move || apply_alone(&store, &input, give_up_after))
-                    .await
-                    .unwrap_or_else(|e| {
-                        tracing::error!(error = %e, "apply task failed");
-                        BatchResult {
-                            outcomes: vec![Err(task_failed())],
-                            flushed: false,
-                            apply_time: Duration::ZERO,
-                            flush_time: Duration::ZERO,
+                run_blocking(move || apply_alone(&store, &input, give_up_after)).await
+            }
+            (Some(input), Some(attempts)) => {
+                let seq = input.origin.stream_seq;
+                let stops = match attempts.begin(seq).await {
+                    Ok(stops) => stops,
+                    Err(e) => {
+                        // Not applied: tried again after the nak delay (or, deposed, left to
+                        // the partition's new owner).
+                        tracing::warn!(stream_seq = seq, error = %e, "cannot note the attempt; input not applied");
+                        if self.holds_lease() {
+                            if let Some(w) = work.first() {
+                                let delay = self.config.nak_delay.get();
+                                if let Err(e) = w.msg.ack_with(AckKind::Nak(Some(delay))).await {
+                                    tracing::warn!(error = %e, "nak not sent");
+                                }
+                            }
                         }
-                    })
+                        return;
+                    }
+                };
+                let store = Arc::clone(&self.store);
+                let result =
+                    run_blocking(move || apply_noted(&store, &input, stops, give_up_after)).await;
+                if result.flushed {
+                    // the input's effect is durable: the note is forgotten (a failure here
+                    // costs at most one stop too many, counted by the next owner)
+                    if let Err(e) = attempts.end(seq).await {
+                        tracing::warn!(stream_seq = seq, error = %e, "cannot close the attempt note");
+                    }
+                }
+                result
             }
         };
         self.metrics.batch_apply.observe(result.apply_time);
@@ -347,6 +392,21 @@ impl ConsumeLoop {
             }
         }
     }
+}
+
+/// Runs `apply` on the blocking pool; a task that died is a failed, unflushed attempt.
+async fn run_blocking(apply: impl FnOnce() -> BatchResult + Send + 'static) -> BatchResult {
+    tokio::task::spawn_blocking(apply)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "apply task failed");
+            BatchResult {
+                outcomes: vec![Err(task_failed())],
+                flushed: false,
+                apply_time: Duration::ZERO,
+                flush_time: Duration::ZERO,
+            }
+        })
 }
 
 /// The outcome of an input whose blocking apply task died (a panic in the store).

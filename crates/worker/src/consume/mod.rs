@@ -4,6 +4,9 @@
 //! blocking pool while the next batches are fetched, parsed and applied; they share the next
 //! flush; a batch is acked only after a flush that began after it returned.
 //!
+//! A message delivered before, or (leased partitions) delivered to an earlier owner that never
+//! acked it, is applied alone behind a durable note ([`poison`]).
+//!
 //! Every message gets exactly one of these decisions ([`settle::Disposition`]), made once:
 //! - applied, duplicate or parked → `Ack` after the flush;
 //! - dead-lettered by the store (undecodable, no provider, over a limit) → `Term` after the
@@ -82,6 +85,11 @@ pub struct ConsumeLoop {
     /// A leased partition's checkpoints, written between batches when due
     /// (`crate::run::checkpoint`); `None` for a static partition.
     pub checkpoint: Option<crate::run::checkpoint::Writer>,
+    /// A leased partition's poison note (`crate::ownership::attempts`), kept in NATS so it
+    /// moves with the partition: the inputs earlier owners were delivered and never acked
+    /// are applied alone behind it, like redelivered ones. `None` for a static partition,
+    /// whose note is kept in its own store.
+    pub attempts: Option<Arc<crate::ownership::attempts::Attempts>>,
 }
 
 /// One item of a merged pull stream: a message or a stream status error, or `None` when one of
@@ -190,6 +198,17 @@ impl ConsumeLoop {
             }
             if returned > 0 {
                 tracing::info!(returned, "returned prefetched messages for redelivery");
+            }
+        }
+        if let Some(attempts) = &self.attempts {
+            // Everything applied is settled and the prefetched rest returned: the next owner
+            // need not apply this owner's unacked deliveries alone.
+            let names = consumers
+                .iter()
+                .map(|c| c.cached_info().name.clone())
+                .collect();
+            if let Err(e) = attempts.stopped_cleanly(names).await {
+                tracing::warn!(error = %e, "cannot mark the clean stop in the poison note");
             }
         }
         tracing::info!("consume loop stopped");

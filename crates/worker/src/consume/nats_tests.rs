@@ -78,6 +78,7 @@ where
         guard: None,
         published: Default::default(),
         checkpoint: None,
+        attempts: None,
     };
     let (stop, shutdown) = shutdown::channel();
     let task = tokio::spawn(consume.run(consumers, shutdown));

@@ -89,6 +89,18 @@ impl Bucket {
         op_timeout: Duration,
     ) -> Result<Bucket, OwnershipError> {
         let want = stream_config(cfg);
+        Bucket::ensure_stream(js, want, &cfg.bucket, "ownership.lease_ttl", op_timeout).await
+    }
+
+    /// Creates the bucket `bucket` with stream config `want` when missing; checks it when
+    /// present (`max_age_setting` names the setting its `max_age` comes from).
+    pub(crate) async fn ensure_stream(
+        js: Context,
+        want: stream::Config,
+        bucket: &str,
+        max_age_setting: &str,
+        op_timeout: Duration,
+    ) -> Result<Bucket, OwnershipError> {
         let timed = |what: String| OwnershipError::Transient(format!("{what}: timed out"));
         let stream = match tokio::time::timeout(op_timeout * 4, js.get_stream(&want.name)).await {
             Err(_) => return Err(timed(format!("look up {}", want.name))),
@@ -97,8 +109,8 @@ impl Bucket {
                 GetStreamErrorKind::JetStream(js_err)
                     if js_err.error_code() == ErrorCode::STREAM_NOT_FOUND =>
                 {
-                    tracing::info!(bucket = %cfg.bucket, ttl = ?cfg.lease_ttl,
-                        replicas = cfg.replicas, "creating the lease bucket");
+                    tracing::info!(%bucket, max_age = ?want.max_age,
+                        replicas = want.num_replicas, "creating the bucket");
                     match tokio::time::timeout(op_timeout * 4, js.create_stream(want.clone())).await
                     {
                         Err(_) => return Err(timed(format!("create {}", want.name))),
@@ -114,8 +126,8 @@ impl Bucket {
                             }
                             CreateStreamErrorKind::JetStream(js_err) => {
                                 return Err(OwnershipError::Bucket(format!(
-                                    "create lease bucket {} (stream {}): {js_err}",
-                                    cfg.bucket, want.name
+                                    "create bucket {bucket} (stream {}): {js_err}",
+                                    want.name
                                 )))
                             }
                             _ => {
@@ -135,11 +147,11 @@ impl Bucket {
                 }
             },
         };
-        check(&stream.cached_info().config, &want, &cfg.bucket)?;
+        check(&stream.cached_info().config, &want, bucket, max_age_setting)?;
         Ok(Bucket {
             js,
             stream,
-            prefix: format!("$KV.{}.", cfg.bucket),
+            prefix: format!("$KV.{bucket}."),
             op_timeout,
         })
     }
@@ -278,20 +290,25 @@ impl Bucket {
     }
 }
 
-/// An existing bucket must have the lease TTL as its max age (the TTL is what makes a dead
-/// owner's lease go away), keep one value per key, cover the bucket's subjects, and have the
-/// configured replicas.
-fn check(have: &stream::Config, want: &stream::Config, bucket: &str) -> Result<(), OwnershipError> {
+/// An existing bucket must have the wanted max age (for the lease bucket, the lease TTL: it is
+/// what makes a dead owner's lease go away), keep one value per key, cover the bucket's
+/// subjects, and have the configured replicas.
+fn check(
+    have: &stream::Config,
+    want: &stream::Config,
+    bucket: &str,
+    max_age_setting: &str,
+) -> Result<(), OwnershipError> {
     let mut wrong = Vec::new();
     if have.max_age != want.max_age {
         wrong.push(format!(
-            "max_age (the lease TTL) is {:?} but ownership.lease_ttl is {:?}",
+            "max_age is {:?} but {max_age_setting} makes it {:?}",
             have.max_age, want.max_age
         ));
     }
     if have.max_messages_per_subject != 1 {
         wrong.push(format!(
-            "history is {} but leases need 1",
+            "history is {} but the bucket needs 1",
             have.max_messages_per_subject
         ));
     }
@@ -303,7 +320,7 @@ fn check(have: &stream::Config, want: &stream::Config, bucket: &str) -> Result<(
     }
     if have.num_replicas != want.num_replicas {
         wrong.push(format!(
-            "replicas are {} but ownership.replicas is {}",
+            "replicas are {} but streams.replicas is {}",
             have.num_replicas, want.num_replicas
         ));
     }
@@ -311,8 +328,8 @@ fn check(have: &stream::Config, want: &stream::Config, bucket: &str) -> Result<(
         Ok(())
     } else {
         Err(OwnershipError::Bucket(format!(
-            "the lease bucket {bucket} (stream {}) exists with other settings: {}; every worker \
-             must use the same [ownership] settings (delete the bucket to change them: \
+            "the bucket {bucket} (stream {}) exists with other settings: {}; every worker \
+             must use the same settings (delete the bucket to change them: \
              `nats kv rm {bucket}`, while no worker runs)",
             want.name,
             wrong.join("; ")
@@ -350,9 +367,11 @@ mod tests {
         let cfg = OwnershipConfig::default();
         let want = stream_config(&cfg);
         let mut have = want.clone();
-        assert!(check(&have, &want, "B").is_ok());
+        assert!(check(&have, &want, "B", "ownership.lease_ttl").is_ok());
         have.max_age = Duration::from_secs(99);
-        let err = check(&have, &want, "B").expect_err("mismatch").to_string();
+        let err = check(&have, &want, "B", "ownership.lease_ttl")
+            .expect_err("mismatch")
+            .to_string();
         assert!(
             err.contains("max_age") && err.contains("lease_ttl"),
             "{err}"

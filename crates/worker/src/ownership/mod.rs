@@ -87,7 +87,8 @@
 //! filter), `$JS.API.STREAM.CREATE.KV_<bucket>` (create when missing),
 //! `$JS.API.STREAM.MSG.GET.KV_<bucket>` (read a key at the stream leader), `$KV.<bucket>.>`
 //! (creates, renewals, deletes). Subscribe: `$KV.<bucket>.>` (the change hint), plus the
-//! client's own inbox for the replies.
+//! client's own inbox for the replies. The attempts bucket needs the same publish grants
+//! (`…KV_TOOLSTREAM_ATTEMPTS`, `$KV.TOOLSTREAM_ATTEMPTS.>`), no subscription.
 //!
 //! ## Layout
 //! - `mod.rs` — the configuration, [`start`], [`OwnershipHandle`], [`Change`], [`Lease`].
@@ -95,7 +96,11 @@
 //! - `bucket.rs` — the bucket over its stream: ensure, read, list, create, CAS write, delete.
 //! - `balance.rs` — quotas and the plan (pure).
 //! - `driver.rs` — the task: renewals, re-evaluation, hand-offs, release on shutdown.
+//! - `attempts.rs` — the poison note a partition's owners pass on to each other (bucket
+//!   `TOOLSTREAM_ATTEMPTS`): inputs an earlier owner stopped on are applied alone and given up
+//!   on as `poison` after `max_deliver - 1` stops, across takeovers.
 
+pub(crate) mod attempts;
 mod balance;
 mod bucket;
 mod driver;
@@ -117,6 +122,9 @@ use tokio::sync::{mpsc, oneshot};
 pub struct OwnershipConfig {
     /// The KV bucket of leases and members. Default `TOOLSTREAM_LEASES`.
     pub bucket: String,
+    /// The KV bucket of the partitions' poison notes (`attempts`: inputs an owner stopped
+    /// on, passed on to the partition's next owner). Default `TOOLSTREAM_ATTEMPTS`.
+    pub attempts_bucket: String,
     /// How long a lease lives without renewal (the bucket's `max_age`): the longest a dead
     /// worker's partitions stay unowned. Default `15s`. On a cluster, `lease_ttl -
     /// safety_margin - renew_interval` must exceed the time the servers take to elect a new
@@ -152,6 +160,7 @@ impl Default for OwnershipConfig {
     fn default() -> Self {
         OwnershipConfig {
             bucket: "TOOLSTREAM_LEASES".to_string(),
+            attempts_bucket: "TOOLSTREAM_ATTEMPTS".to_string(),
             lease_ttl: Duration::from_secs(15),
             renew_interval: None,
             safety_margin: Duration::from_secs(1),

@@ -278,10 +278,11 @@ pub struct ConsumerConfig {
     pub fetch_expiry: HumanDuration,
     /// Deliveries of one message before the worker gives up on it with a dead letter (default
     /// 5): a message that keeps failing to be stored (`store_error`), or during which the
-    /// worker stopped `max_deliver - 1` times while applying it alone (`poison`). The
-    /// server's consumer redelivers without limit (`max_deliver = -1` there), so no message
-    /// is ever dropped without a dead letter, and a crash never uses up another message's
-    /// deliveries.
+    /// worker stopped `max_deliver - 1` times while applying it alone (`poison`; on a leased
+    /// partition `max_deliver - 2` alone after one stop in its takeover group, at least 1,
+    /// whichever workers stopped: `crate::ownership::attempts`). The server's consumer
+    /// redelivers without limit (`max_deliver = -1` there), so no message is ever dropped
+    /// without a dead letter, and a crash never uses up another message's deliveries.
     pub max_deliver: i64,
     /// Unacknowledged messages the server lets the consumer hold (default 4096).
     pub max_ack_pending: i64,

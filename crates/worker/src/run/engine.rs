@@ -23,6 +23,7 @@ use super::{failpoints, FINAL_WAIT};
 use crate::consume::watermark::Watermark;
 use crate::consume::ConsumeLoop;
 use crate::nats::provision;
+use crate::ownership::attempts::{Attempts, Earlier};
 use crate::run::config::Config;
 use crate::serve::http::{Health, StoreGauges};
 use crate::serve::metrics::Metrics;
@@ -62,9 +63,17 @@ pub(crate) struct LeaseTerms {
     pub guard: Arc<dyn Guard>,
 }
 
-/// A leased engine's guard, the ids already published when its lease was acquired, and its
-/// checkpoint writer.
-type Fencing = (Arc<dyn Guard>, Arc<HashSet<String>>, checkpoint::Writer);
+/// What a leased engine's consume loop carries beyond a static one's.
+struct Fencing {
+    /// Whether the lease still holds.
+    guard: Arc<dyn Guard>,
+    /// The ids already published when the lease was acquired.
+    published: Arc<HashSet<String>>,
+    /// The partition's checkpoints.
+    checkpoint: checkpoint::Writer,
+    /// The partition's poison note.
+    attempts: Arc<Attempts>,
+}
 
 /// How an engine stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,7 +155,10 @@ impl Engine {
             .get_stream(&config.streams.input)
             .await
             .context("the input stream")?;
-        delete_other_epochs(
+        // The earlier owners' consumers: what they were delivered and never acked is recorded
+        // in the partition's poison note before they are deleted (an input among those may be
+        // the one that stopped an owner).
+        let earlier = other_epochs(
             &input,
             &config.consumer.name,
             partitions,
@@ -154,6 +166,30 @@ impl Engine {
             lease.epoch,
         )
         .await?;
+        let mut ownership = config.ownership.clone();
+        ownership.replicas = config.streams.replicas;
+        let attempts = Attempts::take_over(
+            shared.js.clone(),
+            &ownership,
+            partition,
+            Arc::clone(&lease.guard),
+            &earlier.iter().map(|(_, e)| e.clone()).collect::<Vec<_>>(),
+        )
+        .await
+        .context("take the partition's poison note over")?;
+        for (consumer, _) in &earlier {
+            input
+                .delete_consumer(consumer)
+                .await
+                .with_context(|| format!("delete consumer {consumer} of an earlier lease"))?;
+            tracing::info!(partition, epoch = lease.epoch, consumer = %consumer, "deleted the consumer of an earlier lease");
+        }
+        let note = attempts.note().await;
+        if !note.suspects.is_empty() || !note.group.is_empty() {
+            tracing::info!(partition, epoch = lease.epoch, group = ?note.group, alone = ?note.suspects,
+                "inputs earlier owners were delivered and never acked: the group is applied in \
+                 batches, the inputs an owner stopped on alone");
+        }
         let mut consumers = Vec::new();
         for (name, filter) in leased_consumers(config, &shared.subjects, partition, lease.epoch) {
             let mut want = provision::desired_consumer(config, &name, &filter);
@@ -248,7 +284,12 @@ impl Engine {
         let mut engine = Engine::launch(
             shared,
             partition,
-            Some((lease.guard, published, writer)),
+            Some(Fencing {
+                guard: lease.guard,
+                published,
+                checkpoint: writer,
+                attempts: Arc::new(attempts),
+            }),
             store,
             consumers,
             publisher,
@@ -353,15 +394,17 @@ impl Engine {
             store_failures: Default::default(),
             published: fencing
                 .as_ref()
-                .map(|(_, p, _)| Arc::clone(p))
+                .map(|f| Arc::clone(&f.published))
                 .unwrap_or_default(),
             checkpoint: None,
             guard: None,
+            attempts: None,
         };
         let consume = match fencing {
-            Some((guard, _, writer)) => ConsumeLoop {
-                guard: Some(guard),
-                checkpoint: Some(writer),
+            Some(f) => ConsumeLoop {
+                guard: Some(f.guard),
+                checkpoint: Some(f.checkpoint),
+                attempts: Some(f.attempts),
                 ..consume
             },
             None => consume,
@@ -612,32 +655,47 @@ fn of_other_epoch(name: &str, partitions: u32, partition: u32, epoch: u64, consu
     ours && number.parse::<u64>().is_ok_and(|n| n < epoch)
 }
 
-/// Deletes the consumers earlier owners of `partition` read through: an earlier owner that
-/// was only paused can neither fetch nor ack through them any more.
-async fn delete_other_epochs(
+/// The consumers earlier owners of `partition` read through, with what each had done
+/// ([`Earlier`]). The caller deletes them, so that an earlier owner that was only paused can
+/// neither fetch nor ack through them any more.
+async fn other_epochs(
     input: &jetstream::stream::Stream,
     name: &str,
     partitions: u32,
     partition: u32,
     epoch: u64,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<(String, Earlier)>> {
     use futures::TryStreamExt;
     let names: Vec<String> = input
         .consumer_names()
         .try_collect()
         .await
         .context("list the input stream's consumers")?;
+    let mut out = Vec::new();
     for consumer in names
         .iter()
         .filter(|c| of_other_epoch(name, partitions, partition, epoch, c))
     {
-        input
-            .delete_consumer(consumer)
-            .await
-            .with_context(|| format!("delete consumer {consumer} of an earlier lease"))?;
-        tracing::info!(partition, epoch, consumer = %consumer, "deleted the consumer of an earlier lease");
+        let info = match input.consumer_info(consumer).await {
+            Ok(info) => info,
+            // deleted meanwhile (by a newer owner): nothing to record or delete
+            Err(e) if e.to_string().to_lowercase().contains("consumer not found") => continue,
+            Err(e) => {
+                return Err(anyhow::anyhow!(e))
+                    .with_context(|| format!("read consumer {consumer} of an earlier lease"))
+            }
+        };
+        out.push((
+            consumer.clone(),
+            Earlier {
+                name: consumer.clone(),
+                filter: info.config.filter_subject.clone(),
+                ack_floor: info.ack_floor.stream_sequence,
+                delivered: info.delivered.stream_sequence,
+            },
+        ));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Logs once when a rebuilt partition's consumers have delivered everything the input stream
