@@ -363,6 +363,7 @@ impl Engine {
                     partition,
                 ),
                 Arc::clone(&shared.health),
+                fencing.as_ref().map(|f| Arc::clone(&f.guard)),
                 engine_shutdown.receiver(),
             ),
         ));

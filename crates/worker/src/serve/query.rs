@@ -27,6 +27,11 @@
 //! Shutdown: [`serve`] takes a `tokio::sync::watch::Receiver<bool>`; it stops the service when
 //! the value becomes `true` (or the sender is dropped), then lets requests in flight finish
 //! (bounded by [`DRAIN_TIMEOUT`]).
+//!
+//! Leased partitions: [`serve`] also takes the lease's guard. Once the lease no longer holds
+//! (a worker that was paused past it, or that lost it), a request is answered with a 503
+//! service error ("moved: ask again") instead of this store's possibly stale state, and the
+//! service stops within [`FENCE_CHECK`], so the partition's new owner answers the next one.
 
 use async_nats::service::ServiceExt;
 use bytes::Bytes;
@@ -45,6 +50,9 @@ pub const SERVICE_NAME: &str = "toolstream";
 
 /// How long shutdown waits for requests in flight.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often a leased partition's service checks its lease between requests.
+pub const FENCE_CHECK: Duration = Duration::from_millis(100);
 
 /// The query subject prefix a worker serves under: `subject_prefix` when unpartitioned,
 /// `<subject_prefix>.p.<partition>` when the server maps queries onto partitions
@@ -80,6 +88,10 @@ pub enum QueryError {
     /// Rendering or serializing the answer failed.
     #[error("rendering the answer failed: {0}")]
     Render(String),
+    /// This worker's lease on the conversation's partition no longer holds: another worker
+    /// owns it now, and answers from the partition's current state.
+    #[error("the conversation's partition moved to another worker: ask again")]
+    Moved,
 }
 
 impl QueryError {
@@ -89,6 +101,7 @@ impl QueryError {
             QueryError::BadSubject(_) | QueryError::BadBody(_) => 400,
             QueryError::UnknownMessage { .. } | QueryError::UnknownConversation(_) => 404,
             QueryError::Store(_) | QueryError::Render(_) => 500,
+            QueryError::Moved => 503,
         }
     }
 
@@ -123,8 +136,10 @@ pub async fn serve(
     payloads: sink::payloads::Payloads,
     prefix: String,
     health: Arc<crate::serve::http::Health>,
+    guard: Option<Arc<dyn sink::guarded::Guard>>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    let holds = move || guard.as_ref().is_none_or(|g| g.is_valid());
     let service = client
         .service_builder()
         .description("toolstream queries: stored tool calls of a message, provider-valid history of a conversation")
@@ -155,9 +170,18 @@ pub async fn serve(
 
     let prefix: Arc<str> = Arc::from(prefix);
     let mut in_flight = JoinSet::new();
+    let mut fence = tokio::time::interval(FENCE_CHECK);
+    fence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let (kind, request) = tokio::select! {
             () = stopped(&mut shutdown) => break,
+            _ = fence.tick() => {
+                if holds() {
+                    continue;
+                }
+                tracing::warn!("lease lost: the query service stops (the partition's new owner answers)");
+                break;
+            }
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => continue,
             r = messages.next() => match r {
                 Some(r) => (Kind::Message, r),
@@ -168,6 +192,16 @@ pub async fn serve(
                 None => break,
             },
         };
+        if !holds() {
+            let subject = request.message.subject.to_string();
+            if let Err(err) = request
+                .respond(Err(QueryError::Moved.to_service_error()))
+                .await
+            {
+                tracing::warn!(%subject, error = %err, "sending a query response failed");
+            }
+            continue;
+        }
         let store = store.clone();
         let prefix = prefix.clone();
         let payloads = payloads.clone();
@@ -445,5 +479,94 @@ mod tests {
         let req = parse_history_body(b"").unwrap();
         let err = render_history("c-unknown", &[], &req).unwrap_err();
         assert_eq!(err.code(), 404);
+    }
+}
+
+/// The lease fence of a leased partition's query service, against a real nats-server.
+#[cfg(test)]
+mod fence_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use toolstream_testkit::NatsServer;
+
+    struct Lease(AtomicBool);
+
+    impl sink::guarded::Guard for Lease {
+        fn is_valid(&self) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+        fn owner(&self) -> String {
+            "w/1".into()
+        }
+    }
+
+    /// The service error code of a reply, `None` for an answer without one.
+    fn code(reply: &async_nats::Message) -> Option<String> {
+        reply
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Service-Error-Code"))
+            .map(|v| v.as_str().to_string())
+    }
+
+    #[tokio::test]
+    async fn a_deposed_owners_query_service_answers_nothing_from_its_store_and_stops() {
+        let server = NatsServer::start().expect("nats-server");
+        let client = async_nats::connect(server.url()).await.expect("connect");
+        let js = async_nats::jetstream::new(client.clone());
+        let store =
+            Arc::new(assembler::Store::open_memory(assembler::Config::default()).expect("store"));
+        let lease = Arc::new(Lease(AtomicBool::new(true)));
+        let (_stop, shutdown) = watch::channel(false);
+        let serving = tokio::spawn(serve(
+            client.clone(),
+            store,
+            sink::payloads::Payloads::new(js, sink::payloads::BUCKET, 1),
+            "toolstream.p.0".into(),
+            Arc::new(crate::serve::http::Health::default()),
+            Some(lease.clone() as Arc<dyn sink::guarded::Guard>),
+            shutdown,
+        ));
+        let subject = "toolstream.p.0.query.message.c.m";
+        let ask = || async {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                client.request(subject, Bytes::new()),
+            )
+            .await
+            .expect("an answer or a refusal in time")
+        };
+        // the owner answers from its store (this message is unknown there: 404)
+        let mut answered = None;
+        for _ in 0..50 {
+            if let Ok(reply) = ask().await {
+                answered = Some(reply);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let answered = answered.expect("the service answers while the lease holds");
+        assert_eq!(code(&answered).as_deref(), Some("404"));
+
+        // the lease lapses: no answer from this store any more (a 503 "ask again" while
+        // the service is still up, then no responder at all), and the service ends
+        lease.0.store(false, Ordering::SeqCst);
+        match ask().await {
+            Ok(reply) => assert_eq!(code(&reply).as_deref(), Some("503"), "{reply:?}"),
+            Err(e) => assert_eq!(
+                e.kind(),
+                async_nats::client::RequestErrorKind::NoResponders,
+                "{e}"
+            ),
+        }
+        let ended = tokio::time::timeout(Duration::from_secs(5), serving)
+            .await
+            .expect("the service stops once the lease no longer holds");
+        assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+        let after = ask().await;
+        assert!(
+            after.is_err() || code(after.as_ref().unwrap()).as_deref() == Some("503"),
+            "{after:?}"
+        );
     }
 }
