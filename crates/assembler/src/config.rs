@@ -47,10 +47,12 @@ pub struct Config {
     ///
     /// What the count bound gives up, with `n` this setting and completions counted per store
     /// (per partition): a message is kept only until `n` more complete after it, so
-    /// - a tool result arriving after that finds no call and becomes `tool_result.orphaned`
-    ///   (after `orphan_grace_ms`), and snapshots no longer show the message: keep `n` above
-    ///   the peak completion rate × the longest tool run (50,000 at 100 completions/s is
-    ///   8 minutes);
+    /// - snapshots and histories no longer show it. A message whose calls still await their
+    ///   results (a completed function or custom call without a result: its tool is still
+    ///   running) is never deleted by count, only by `retention_ms`: it is passed over and
+    ///   queued again behind the newest, so its result still finds its call. Such messages
+    ///   count toward `n`; a store with more than `n` of them keeps them all and deletes the
+    ///   answered ones at once;
     /// - a redelivered chunk of the message is a duplicate while its tombstone exists: until
     ///   about `n` further messages were deleted after it, ~2 `n` completions after its own.
     ///   After that (a producer re-publishing an old message, a JetStream redelivery slower

@@ -79,6 +79,12 @@ fn complete(store: &Store, i: usize, now: u64) {
             .unwrap();
         assert!(matches!(applied, Applied::Accepted { .. }), "{applied:?}");
     }
+    // its tool answered (the count bound passes over a message still awaiting a result)
+    let result = format!("{{\"tool_call_id\":\"call_m{i}\",\"output\":\"ok\"}}");
+    let applied = store
+        .apply(&common::result(CONV, &m, 0, result.as_bytes()), now)
+        .unwrap();
+    assert!(matches!(applied, Applied::Accepted { .. }), "{applied:?}");
     store.flush().unwrap();
 }
 
@@ -210,8 +216,9 @@ fn tombstones_stay_bounded_by_the_cap_under_churn() {
         assert!(kept_exactly(&store, i), "m{i}");
     }
     assert!((0..135).all(|i| deleted(&storage, &store, i)));
-    // 5 kept chunk streams + 5 tombstones: nothing else is left of 135 deleted messages
-    assert_eq!(storage.count(Space::Streams).unwrap(), 10);
+    // the chunk and result streams of 5 kept messages + their 5 pairs of tombstones: nothing
+    // else is left of 135 deleted messages
+    assert_eq!(storage.count(Space::Streams).unwrap(), 20);
     assert_eq!(storage.count(Space::Messages).unwrap(), 5);
     assert_eq!(storage.count(Space::Done).unwrap(), 10);
 }

@@ -24,6 +24,12 @@
 //! Messages completed before the index existed have no entry and are kept. Outbox rows are
 //! never touched (the relay owns them), nor the conversation's provider record.
 //!
+//! The count bound never deletes a message whose calls still await their results (a completed
+//! function or custom call without a result: the agent's tool may run for minutes or hours,
+//! and deleting the message would turn its result into `tool_result.orphaned`). Such a
+//! message's entry is moved to the tick's time instead ([`requeue`]), so the bound goes on
+//! with the messages behind it, and `retention_ms` counts from then.
+//!
 //! Count bound (`retention_max_messages` = `n`, not 0): the index's entries are counted in
 //! memory by kind ([`super::inner::Retained`]: read at open with one pass over the index's
 //! keys, then moved by the commits that write entries — a completion, here). Past `n` kept
@@ -47,6 +53,7 @@ use crate::error::StoreError;
 use crate::input::InputKind;
 use crate::keys::{self, DoneTag, ResultTag};
 use crate::storage::{Space, Storage, WriteSet};
+use chunk_model::{CallKind, CallStatus};
 
 /// Most messages deleted by one tick, and most tombstones dropped, so one tick never stalls
 /// the consume loop; the rest wait for the next tick.
@@ -102,6 +109,11 @@ pub(crate) fn expire(
         }
         match tag {
             DoneTag::Message if deleted < EXPIRE_PER_TICK => {
+                if !due && awaits_results(storage, &conv, &msg)? {
+                    // Its tool is still running: only `retention_ms` may delete it.
+                    requeue(storage, &key, now, &conv, &msg)?;
+                    continue;
+                }
                 delete_message(inner, storage, &key, &conv, &msg, now)?;
                 deleted += 1;
             }
@@ -116,6 +128,41 @@ pub(crate) fn expire(
         }
     }
     Ok(deleted + dropped)
+}
+
+/// Whether message `msg` has a completed call that a tool executes (a function or custom
+/// call) and no result for it yet: the agent is still running that tool.
+fn awaits_results(storage: &dyn Storage, conv: &str, msg: &str) -> Result<bool, StoreError> {
+    let Some(v) = storage.get(Space::Messages, &keys::message(conv, msg))? else {
+        return Ok(false);
+    };
+    let m: MessageState = from_bytes("messages", &v)?;
+    Ok(m.calls.iter().any(|c| {
+        c.status == CallStatus::Completed
+            && matches!(c.kind, CallKind::Function | CallKind::Custom)
+            && c.id
+                .as_deref()
+                .is_some_and(|id| !m.tool_results.iter().any(|r| r.tool_call_id == id))
+    }))
+}
+
+/// Moves message `msg`'s retention entry to `now`: the count bound passes over it until
+/// the entries before it are gone (and `retention_ms` counts from `now`).
+fn requeue(
+    storage: &dyn Storage,
+    done_key: &[u8],
+    now: u64,
+    conv: &str,
+    msg: &str,
+) -> Result<(), StoreError> {
+    let moved = keys::done(now, DoneTag::Message, conv, msg);
+    if moved.as_slice() == done_key {
+        return Ok(());
+    }
+    let mut w = WriteSet::default();
+    w.delete(Space::Done, done_key.to_vec());
+    w.put(Space::Done, moved, Vec::new());
+    storage.commit(w)
 }
 
 /// The stream's current state: the cache holds the newest for live streams.
