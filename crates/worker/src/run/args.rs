@@ -125,6 +125,10 @@ pub struct RunArgs {
     /// [default: 604800000 (7 days)].
     #[arg(long, env = "TOOLSTREAM_RETENTION_MS", value_name = "MS")]
     pub retention_ms: Option<u64>,
+    /// Most completed messages kept; past it the oldest answered ones are deleted early (0: no
+    /// count bound) [default: 50000].
+    #[arg(long, env = "TOOLSTREAM_RETENTION_MAX_MESSAGES", value_name = "N")]
+    pub retention_max_messages: Option<usize>,
 }
 
 fn set<T>(slot: &mut T, value: Option<T>) {
@@ -185,6 +189,10 @@ impl RunArgs {
         set(&mut c.assembler.gap_timeout_ms, self.gap_timeout_ms);
         set(&mut c.assembler.orphan_grace_ms, self.orphan_grace_ms);
         set(&mut c.assembler.retention_ms, self.retention_ms);
+        set(
+            &mut c.assembler.retention_max_messages,
+            self.retention_max_messages,
+        );
 
         c.validate()?;
         Ok(c)
