@@ -1,0 +1,272 @@
+//! Review of 509b632 ("leased partitions: poison detection survives a takeover"): a write of
+//! the poison note that timed out but was stored after all leaves the owner's cached revision
+//! behind the key's, and every later write of the note is refused as a compare-and-set
+//! conflict, which `Attempts::put` reports as `Deposed` although the lease still holds. The
+//! owner never re-reads the note, so from then on every input it must apply alone (the rest of
+//! its suspects, and any redelivered input) is nak'd forever: the partition keeps its lease and
+//! stalls; the inputs' calls never complete and the poison is never reached again.
+//!
+//! The lease driver handles the same situation for renewals ("a renewal given up on was
+//! stored after all; continuing from it", `ownership::driver::renewal_refused`); the note does
+//! not.
+//!
+//! How: one worker, partition 0 gets a poison chunk (failpoint
+//! `TOOLSTREAM_FAILPOINT_ABORT_ON_BODY`) followed by ~1000 good chunks, all published before the
+//! first owner pulls them, so they are all in its first delivery. Owner 1 stops on the poison in
+//! a batch, owner 2 in its group, owner 3 alone (the note open), owner 4 dead-letters the poison
+//! and applies the rest of the suspects alone, one note write before and after each. While it
+//! does, the nats-server is paused (SIGSTOP) for longer than the note's write timeout (5 s) and
+//! shorter than what the lease survives (TTL 15 s): a note write in flight times out in the
+//! worker and is stored when the server resumes.
+//!
+//! Expected: the owner goes on (it still holds its lease; nobody else wrote the note), every
+//! good message completes. Before a fix: the good messages after the pause never complete and
+//! the log repeats "cannot note the attempt ... belongs to another owner now".
+//!
+//! Run: `cargo nextest run -p toolstream --test leased_poison_review --no-capture`
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use async_nats::jetstream;
+use async_nats::HeaderMap;
+use chunk_model::wire::{headers, Subjects};
+use common::*;
+use serde_json::{json, Value};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use toolstream_testkit::{openai, NatsServer};
+
+const MARKER: &str = "POISON_REVIEW_7d1e";
+const PARTITIONS: u32 = 2;
+/// Good conversations on partition 0 (about 9 chunks each).
+const GOOD: usize = 130;
+
+fn flags() -> Vec<String> {
+    [
+        "--partitions",
+        "2",
+        "--assignment",
+        "leases",
+        "--lease-ttl",
+        "15s",
+        "--worker-id",
+        "a",
+        "--checkpoint-interval",
+        "1h",
+        "--ack-wait",
+        "120s",
+        "--max-deliver",
+        "3",
+        "--batch-size",
+        "1000",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn convs_of(k: u32, n: usize, tag: &str) -> Vec<String> {
+    (0..100_000)
+        .map(|i| format!("{tag}-{i}"))
+        .filter(|c| Subjects::partition_of(PARTITIONS, c) == k)
+        .take(n)
+        .collect()
+}
+
+fn good_calls(conv: &str) -> Vec<Call> {
+    vec![Call {
+        id: format!("call_{conv}"),
+        name: "lookup".to_string(),
+        args: json!({"q": format!("query {conv}")}),
+    }]
+}
+
+async fn publish_chunk(js: &jetstream::Context, conv: &str, seq: usize, body: &[u8]) {
+    let k = Subjects::partition_of(PARTITIONS, conv);
+    let mut h = HeaderMap::new();
+    h.insert(headers::PROVIDER, "openai-chat");
+    h.insert(headers::SEQ, seq.to_string().as_str());
+    js.publish_with_headers(
+        format!("toolstream.p.{k}.chunks.{conv}.m"),
+        h,
+        body.to_vec().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .expect("stored in the input stream");
+}
+
+/// The pid of the nats-server listening on `port` (started by this test through the testkit).
+fn server_pid(port: u16) -> u32 {
+    let port = port.to_string();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let is_server = args.iter().any(|a| a == "-js")
+            && args.windows(2).any(|w| w[0] == "-p" && w[1] == port);
+        if is_server {
+            return pid;
+        }
+    }
+    panic!("no nats-server on port {port}");
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+fn completed(events: &[Read], good: &[String]) -> usize {
+    let grouped = by_message(events);
+    good.iter()
+        .filter(|c| {
+            grouped
+                .get(&(c.to_string(), "m".to_string()))
+                .is_some_and(|evs| evs.iter().any(|e| e["type"] == "message.completed"))
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_note_write_stored_after_its_timeout_does_not_stall_the_partition() {
+    let server = NatsServer::start().expect("nats-server");
+    let pid = server_pid(server.port());
+    let nats = client(&server.url()).await;
+    let js = jetstream::new(nats.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("TOOLSTREAM_FAILPOINT_ABORT_ON_BODY", MARKER)];
+    let flags = flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut w = Worker::start_with_env(&server.url(), &dir.path().join("a"), &flags, &env);
+
+    // provisioned and both partitions owned once; then a clean stop (lease released), so the
+    // next owner's first pull finds every input below already in the stream
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while w.log().matches("partition caught up").count() < 2 {
+        assert!(Instant::now() < deadline, "owned\n{}", tail(&w.log(), 40));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(w.terminate(), "clean stop\n{}", tail(&w.log(), 40));
+
+    // the poison call first, then the good ones, all on partition 0
+    let poison_conv = convs_of(0, 1, "poison").remove(0);
+    let mut poison_stream = openai_chat_stream(&[Call {
+        id: "call_p".to_string(),
+        name: "exec".to_string(),
+        args: json!({"cmd": "make"}),
+    }]);
+    let mut poison: Value = serde_json::from_slice(&openai::args_chunk(0, "")).unwrap();
+    poison["system_fingerprint"] = MARKER.into();
+    poison_stream.insert(2, serde_json::to_vec(&poison).unwrap());
+    for (seq, body) in poison_stream.iter().enumerate() {
+        publish_chunk(&js, &poison_conv, seq, body).await;
+    }
+    let good = convs_of(0, GOOD, "good");
+    let mut published = 0;
+    for conv in &good {
+        for (seq, body) in openai_chat_stream(&good_calls(conv)).iter().enumerate() {
+            publish_chunk(&js, conv, seq, body).await;
+            published += 1;
+        }
+    }
+    eprintln!(
+        "published {} poison-stream chunks, then {published} good chunks",
+        poison_stream.len()
+    );
+
+    // restart the worker whenever the poison stops it, until an owner dead-letters the poison
+    w.restart();
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let mut stops = 0;
+    loop {
+        if w.current_log().contains("input dead-lettered") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "poison given up on ({stops} stops)\n{}",
+            tail(&w.log(), 60)
+        );
+        if !w.is_running() {
+            assert!(
+                w.current_log()
+                    .contains("aborting while applying a poison input"),
+                "{}",
+                tail(&w.current_log(), 40)
+            );
+            stops += 1;
+            w.restart();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("poison dead-lettered after {stops} stops; pausing the nats-server for 7 s");
+
+    // the owner is applying the rest of its suspects alone: pause the server past the note's
+    // write timeout (5 s), well within the lease (15 s TTL, renewed every 3 s)
+    signal(pid, "-STOP");
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    signal(pid, "-CONT");
+
+    let log_now = w.current_log();
+    let caught = log_now.contains("cannot note the attempt")
+        || log_now.contains("cannot close the attempt note");
+    eprintln!("a note write failed during the pause: {caught}");
+
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        events.poll().await;
+        let done = completed(&events.all, &good);
+        if done == good.len() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let log = w.current_log();
+            let refused = log
+                .lines()
+                .filter(|l| l.contains("belongs to another owner now"))
+                .count();
+            let lost = log.contains("lease revoked") || log.contains("lease lost");
+            let first_failures: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    l.contains("cannot note the attempt") || l.contains("cannot close the attempt")
+                })
+                .take(3)
+                .collect();
+            panic!(
+                "{done}/{} good messages completed 90 s after the pause; the owner still runs: \
+                 {}, its lease lost: {lost}; note writes refused as 'deposed' meanwhile: \
+                 {refused}\nthe first failed note writes:\n{}\n--- log tail ---\n{}",
+                good.len(),
+                w.is_running(),
+                first_failures.join("\n"),
+                tail(&log, 10)
+            );
+        }
+        if !w.is_running() {
+            // the poison again (the owner reached it after the pause), or any other exit
+            w.restart();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // the run proves something only if the pause caught a note write
+    assert!(
+        caught,
+        "inconclusive: no note write was in flight during the pause"
+    );
+    assert!(w.terminate(), "clean stop\n{}", tail(&w.log(), 40));
+}
