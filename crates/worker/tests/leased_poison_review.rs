@@ -23,6 +23,13 @@
 //! good message completes. Before a fix: the good messages after the pause never complete and
 //! the log repeats "cannot note the attempt ... belongs to another owner now".
 //!
+//! Second test (`chunks_acknowledged_by_every_owner_are_not_suspects_after_two_sigkills`): a
+//! partition's results consumer that acked nothing reports `delivered.stream_sequence` at the
+//! stream's end (the server skips what its filter does not match) and its ack floor where it
+//! was, so `[ack_floor + 1, delivered]` of the results filter spans every chunk since; and
+//! `Note::is_suspect` matches a sequence against every filter's ranges. Two plain SIGKILLs in a
+//! row, with every input acked by both owners, make the third owner apply every chunk alone.
+//!
 //! Run: `cargo nextest run -p toolstream --test leased_poison_review --no-capture`
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -43,7 +50,7 @@ const PARTITIONS: u32 = 2;
 /// Good conversations on partition 0 (about 9 chunks each).
 const GOOD: usize = 130;
 
-fn flags() -> Vec<String> {
+fn flags(id: &str) -> Vec<String> {
     [
         "--partitions",
         "2",
@@ -52,7 +59,7 @@ fn flags() -> Vec<String> {
         "--lease-ttl",
         "15s",
         "--worker-id",
-        "a",
+        id,
         "--checkpoint-interval",
         "1h",
         "--ack-wait",
@@ -140,15 +147,25 @@ fn completed(events: &[Read], good: &[String]) -> usize {
         .count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_note_write_stored_after_its_timeout_does_not_stall_the_partition() {
+/// What [`poison_given_up_on`] leaves running.
+struct Setup {
+    server: NatsServer,
+    js: jetstream::Context,
+    dir: tempfile::TempDir,
+    w: Worker,
+    good: Vec<String>,
+}
+
+/// A worker ("a") whose partition 0 got the poison call, then ~1000 good chunks, all in its
+/// first delivery; restarted whenever the poison stops it, until an owner (the fourth) has
+/// dead-lettered the poison and goes on applying the rest of its suspects alone.
+async fn poison_given_up_on() -> Setup {
     let server = NatsServer::start().expect("nats-server");
-    let pid = server_pid(server.port());
     let nats = client(&server.url()).await;
     let js = jetstream::new(nats.clone());
     let dir = tempfile::tempdir().unwrap();
     let env = [("TOOLSTREAM_FAILPOINT_ABORT_ON_BODY", MARKER)];
-    let flags = flags();
+    let flags = flags("a");
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut w = Worker::start_with_env(&server.url(), &dir.path().join("a"), &flags, &env);
 
@@ -212,7 +229,27 @@ async fn a_note_write_stored_after_its_timeout_does_not_stall_the_partition() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    eprintln!("poison dead-lettered after {stops} stops; pausing the nats-server for 7 s");
+    eprintln!("poison dead-lettered after {stops} stops");
+    Setup {
+        server,
+        js,
+        dir,
+        w,
+        good,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_note_write_stored_after_its_timeout_does_not_stall_the_partition() {
+    let Setup {
+        server,
+        js,
+        dir: _dir,
+        mut w,
+        good,
+    } = poison_given_up_on().await;
+    let pid = server_pid(server.port());
+    eprintln!("pausing the nats-server for 7 s");
 
     // the owner is applying the rest of its suspects alone: pause the server past the note's
     // write timeout (5 s), well within the lease (15 s TTL, renewed every 3 s)
@@ -267,6 +304,85 @@ async fn a_note_write_stored_after_its_timeout_does_not_stall_the_partition() {
     assert!(
         caught,
         "inconclusive: no note write was in flight during the pause"
+    );
+    assert!(w.terminate(), "clean stop\n{}", tail(&w.log(), 40));
+}
+
+/// The results consumer of a partition that got no tool result at all is charged with every
+/// chunk of the partition. Its `delivered.stream_sequence` follows the stream's end (the server
+/// skips the sequences its filter does not match), while its ack floor stays where its last ack
+/// left it: so `[ack_floor + 1, delivered]` of the results filter spans the chunks, and
+/// `Note::is_suspect` matches a sequence against the ranges of *every* filter. After two
+/// non-clean stops in a row (no poison at all: two SIGKILLs) the third owner applies every chunk
+/// since the results filter's last ack alone, two note writes and a flush each, although both
+/// earlier owners had acknowledged all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_acknowledged_by_every_owner_are_not_suspects_after_two_sigkills() {
+    let server = NatsServer::start().expect("nats-server");
+    let nats = client(&server.url()).await;
+    let js = jetstream::new(nats.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let mut flags = flags("a");
+    let ttl = flags.iter().position(|f| f == "--lease-ttl").unwrap() + 1;
+    flags[ttl] = "3s".to_string();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut w = Worker::start(&server.url(), &dir.path().join("a"), &flags);
+    let owned = |w: &Worker, n: usize| w.current_log().matches("partition caught up").count() >= n;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !owned(&w, 2) {
+        assert!(Instant::now() < deadline, "owned\n{}", tail(&w.log(), 40));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let good = convs_of(0, 30, "good");
+    for conv in &good {
+        for (seq, body) in openai_chat_stream(&good_calls(conv)).iter().enumerate() {
+            publish_chunk(&js, conv, seq, body).await;
+        }
+    }
+    let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");
+    let all_done = |events: &StreamLog| completed(&events.all, &good) == good.len();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !all_done(&events) {
+        assert!(
+            Instant::now() < deadline,
+            "completed\n{}",
+            tail(&w.log(), 40)
+        );
+        events.poll().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // everything applied and acknowledged (the acks follow the flush)
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // two SIGKILLs in a row, each after the owner rebuilt the partition and acked everything
+    for _ in 0..2 {
+        w.kill();
+        w.restart();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !owned(&w, 2) {
+            assert!(Instant::now() < deadline, "owned\n{}", tail(&w.log(), 40));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+
+    let bucket = js.get_stream("KV_TOOLSTREAM_ATTEMPTS").await.unwrap();
+    let stored = bucket
+        .get_last_raw_message_by_subject("$KV.TOOLSTREAM_ATTEMPTS.p.0")
+        .await
+        .expect("note p.0");
+    let note: Value = serde_json::from_slice(&stored.payload).unwrap();
+    let takeover = w
+        .current_log()
+        .lines()
+        .find(|l| l.contains("inputs earlier owners were delivered and never acked"))
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        note["suspects"].as_object().is_none_or(|m| m.is_empty()),
+        "nothing was ever delivered and left unacked, yet the third owner applies these alone: \
+         {}\nnote: {note}\n{takeover}",
+        note["suspects"]
     );
     assert!(w.terminate(), "clean stop\n{}", tail(&w.log(), 40));
 }
