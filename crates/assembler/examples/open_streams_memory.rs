@@ -10,7 +10,8 @@
 //! - `sustained MINUTES CONCURRENT K [FRAG]` — keeps CONCURRENT streams open for MINUTES:
 //!   each time a stream has received its K bytes it ends (finish + `[DONE]`, its call
 //!   completes) and a new stream takes its place. `Store::tick` runs every second. RSS is
-//!   sampled every 5 seconds (`t_s rss_mib hwm_mib completed_messages open_streams`).
+//!   sampled every 5 seconds (`t_s rss_mib hwm_mib completed_messages open_streams inputs
+//!   retained_messages tombstones`; the last two are `-` when `retention_max_messages` is 0).
 //!
 //! Figures of the issue:
 //! ```sh
@@ -58,6 +59,41 @@
 //! varies with load); `open 2048 524288 4096` 144 / 146 MiB. glibc keeps ~30 MiB more than
 //! the heap after bursts (sled's 512 KiB log buffers raise its dynamic mmap threshold):
 //! `sustained 1 20000 4096 256` 131 MiB, with `MALLOC_MMAP_THRESHOLD_=131072` 100 MiB.
+//!
+//! Retention by count (`retention_max_messages`, default 50,000 messages and as many
+//! tombstones): history bounded by configuration instead of by completion rate ×
+//! `retention_ms`. The runs below never reach `retention_ms` (7 days); only the count bound
+//! deletes. Each pair ran side by side on the shared 2-core machine (`0` = no count bound,
+//! the behaviour before); medians of the 5 s samples in the window after both counts reached
+//! the bound, and the growth per completed message there (least squares on the samples):
+//! ```sh
+//! osm=target/release/examples/open_streams_memory   # cargo build --release -p assembler --example open_streams_memory
+//! TOOLSTREAM_CONFIG_JSON='{"retention_max_messages":0}' $osm sustained 26 20000 4096 256
+//! $osm sustained 26 20000 4096 256                   # the default, 50,000
+//! TOOLSTREAM_CONFIG_JSON='{"retention_max_messages":0}' $osm sustained 16 2000 4096 256
+//! TOOLSTREAM_CONFIG_JSON='{"retention_max_messages":50000}' $osm sustained 16 2000 4096 256
+//! TOOLSTREAM_CONFIG_JSON='{"retention_max_messages":0}' $osm sustained 12 2000 256 64
+//! TOOLSTREAM_CONFIG_JSON='{"retention_max_messages":50000}' $osm sustained 12 2000 256 64
+//! TOOLSTREAM_CONFIG_JSON='{"retention_max_messages":N}' $osm sustained 8 20000 4096 256  # N = 0, 5000, 20000
+//! ```
+//!
+//! | run | window | no count bound | count bound |
+//! | --- | --- | --- | --- |
+//! | `sustained 26 20000 4096 256`, bound 50,000 (default) | 1,290–1,564 s | 204.5 MiB (199 → 211), +462 B per message, 118,505 → 144,216 messages | 186 MiB (186–186), +0 B, 97,901 → 113,689 messages, 50,000 + 50,000 kept |
+//! | `sustained 16 2000 4096 256`, bound 50,000 | 720–965 s | 137 MiB (130 → 150), +605 B per message (240–965 s) | 128 MiB (127–132), +119 B, 115,054 → 135,857 messages |
+//! | `sustained 12 2000 256 64`, bound 50,000 | 480–720 s | 137.5 MiB (123 → 143), +227 B per message (240–720 s) | 145 MiB (141–145), +15 B (300–720 s), 172,741 → 231,144 messages |
+//! | `sustained 8 20000 4096 256`, bounds 5,000 / 20,000 | 360–485 s | 157 → 167 MiB, +1,259 B per message | 5,000: 149–150 MiB, +112 B; 20,000: 153–156 MiB, +230 B (tombstones still filling) |
+//!
+//! So: without the bound RSS grows for as long as messages are kept (0.2–1.3 KB per message,
+//! more for larger messages: sled's per-page state follows the stored bytes); with it RSS is
+//! flat once the counts reach it. What a kept message costs depends on its size, so the bound
+//! holds memory only as far as message sizes are bounded (a bytes bound would be tighter).
+//! Costs seen: the first deletes raise RSS by a step (+30 MiB at 60–90 s in the 256-byte run:
+//! sled rewriting nodes, as with `retention_ms`), and deleting takes time from applying (the
+//! bounded runs applied 16–20% fewer inputs: 1,587 vs 1,964/s, 2,849 vs 3,410/s, 2,575 vs
+//! 3,149/s), as retention by time does once it deletes. The open-stream peaks, re-checked
+//! with the bound in place (no message completes there, so it does not apply; run alone right
+//! after): `open 100000 100` 211 MiB, `open 2048 524288 4096` 139 MiB.
 
 use assembler::{Config, Input, InputKind, Seq, Store};
 use chunk_model::Provider;
@@ -263,10 +299,18 @@ fn sustained(args: &[String]) -> Result<()> {
     let mut completed = 0u64;
     let deadline = Duration::from_secs(60 * minutes as u64);
     let mut last_sample = Instant::now();
-    println!("t_s rss_mib hwm_mib completed_messages open_streams inputs");
+    println!(
+        "t_s rss_mib hwm_mib completed_messages open_streams inputs retained_messages \
+         tombstones"
+    );
     let sample = |d: &Driver, completed: u64| {
+        // `-` when `retention_max_messages` is 0 (nothing is counted)
+        let (kept, tombstones) = match d.store.retained() {
+            Some(r) => (r.messages.to_string(), r.tombstones.to_string()),
+            None => ("-".to_string(), "-".to_string()),
+        };
         println!(
-            "{:.0} {:.0} {:.0} {completed} {} {}",
+            "{:.0} {:.0} {:.0} {completed} {} {} {kept} {tombstones}",
             d.started.elapsed().as_secs_f64(),
             mib(status_kib("VmRSS:")),
             mib(status_kib("VmHWM:")),
