@@ -115,7 +115,7 @@ impl ConsumeLoop {
             || self
                 .attempts
                 .as_ref()
-                .is_some_and(|a| a.is_suspect(info.stream_sequence))
+                .is_some_and(|a| a.is_suspect(msg.subject.as_str(), info.stream_sequence))
     }
 
     /// Applies a run of fresh messages; it waits for the next flush, which starts now when none

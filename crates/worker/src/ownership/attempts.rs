@@ -8,8 +8,10 @@
 //! epoch, on which every input is a first delivery, in a store that holds no note. So the note
 //! lives in NATS, in the key-value bucket `TOOLSTREAM_ATTEMPTS` ([`stream_config`]; history 1,
 //! no expiry, `streams.replicas`), one key per partition, `p.<k>`, a JSON [`Note`]. Every range
-//! in it is an inclusive range of input stream sequences, per consumer filter, and is cut at the
-//! ack floor of the consumer that read it (what was acknowledged is done).
+//! in it is an inclusive range of input stream sequences, per consumer filter (an input is a
+//! suspect only on a subject its filter matches), and is cut where the consumer that read it
+//! had everything acknowledged: its ack floor, or its last delivery when nothing was pending
+//! (the server moves a filtered consumer's last delivery past the messages it does not match).
 //!
 //! The input that stopped an owner is among what its consumer delivered and never acknowledged.
 //! Isolating all of those at once would make every takeover apply hundreds of inputs alone, each
@@ -19,7 +21,8 @@
 //! 1. `group`: a new owner records what the earlier owner's consumer delivered and never
 //!    acknowledged *before* it deletes the earlier consumers ([`Attempts::take_over`]), and
 //!    applies those inputs in ordinary batches. If it stops before acknowledging them, the
-//!    input that stopped it is probably among them, and the next owner isolates them.
+//!    input that stopped it is probably among what it was delivered of them, and the next
+//!    owner isolates that part.
 //! 2. `suspects`: the ranges isolated so: each input in them is applied alone behind `open`
 //!    (the input being applied alone right now). An owner that finds `open` set when it takes
 //!    the partition over counts one more stop for that input in `stops`; an input with
@@ -28,7 +31,11 @@
 //!
 //! `returned` names the consumers of an owner that stopped cleanly (a hand-off, a shutdown)
 //! after settling everything it applied and returning what it had only prefetched: its group
-//! is not isolated.
+//! is not isolated. An input with a stop recorded (it stopped an owner while alone, also as an
+//! ordinary redelivery) is isolated wherever it is. `owner` signs each write (`<worker>/<epoch>`)
+//! so that an owner's own write that timed out but was stored after all is written over, not
+//! taken for a successor's; `stream` names the input stream (its creation time), so a note
+//! outlives no deleted and recreated stream.
 //!
 //! Writes are compare-and-set on the key's revision, and checked against the lease's fence, so
 //! a deposed owner cannot change the note its successor keeps.
@@ -76,8 +83,23 @@ pub(crate) struct Earlier {
     pub filter: String,
     /// Its ack floor (stream sequence): everything it delivered up to here was acknowledged.
     pub ack_floor: u64,
-    /// The last stream sequence it delivered.
+    /// The last stream sequence it delivered. (On a filtered consumer the server moves this
+    /// past the stream's messages its filter does not match, while the ack floor moves only
+    /// with acks: what lies between is not all unacknowledged deliveries.)
     pub delivered: u64,
+    /// How many of its deliveries were unacknowledged.
+    pub ack_pending: u64,
+}
+
+impl Earlier {
+    /// Everything it delivered up to here was acknowledged.
+    fn done_through(&self) -> u64 {
+        if self.ack_pending == 0 {
+            self.delivered.max(self.ack_floor)
+        } else {
+            self.ack_floor
+        }
+    }
 }
 
 /// The note of one partition (see the module docs).
@@ -99,13 +121,22 @@ pub(crate) struct Note {
     /// Consumers whose owner stopped cleanly, having settled all it applied.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub returned: Vec<String>,
+    /// Who wrote the note (`<worker>/<epoch>`, the lease's `Toolstream-Owner`): a write of
+    /// its own that timed out but was stored after all is recognized by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The input stream the sequences are of (its creation time): a note of a stream since
+    /// deleted and created again is dropped, its numbers being another stream's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
 }
 
 impl Note {
-    /// The note a new owner keeps (see the module docs): a stop for the input left open; the
-    /// earlier owner's group isolated unless it stopped cleanly; the earlier consumers'
-    /// unacknowledged deliveries the new group; every range cut at the ack floor of the
-    /// consumer that read it; stops kept only for suspects.
+    /// The note a new owner keeps (see the module docs): a stop for the input left open; of
+    /// the earlier owner's group, what it was delivered isolated unless it stopped cleanly;
+    /// the earlier consumers' unacknowledged deliveries the new group; an input that already
+    /// stopped an owner while applied alone isolated wherever it is; every range cut where the
+    /// consumer that read it acknowledged everything; stops kept only for suspects.
     pub(crate) fn taken_over(mut self, earlier: &[Earlier]) -> Note {
         if let Some(seq) = self.open.take() {
             let stops = self.stops.entry(seq).or_insert(0);
@@ -114,36 +145,50 @@ impl Note {
         let returned = std::mem::take(&mut self.returned);
         let mut group = std::mem::take(&mut self.group);
         for e in earlier {
-            let floor = e.ack_floor;
+            let floor = e.done_through();
             let suspects = self.suspects.entry(e.filter.clone()).or_default();
             *suspects = cut(std::mem::take(suspects), floor);
             let tried = cut(group.remove(&e.filter).unwrap_or_default(), floor);
             let clean = returned.contains(&e.name);
-            let mut next = if clean {
-                tried
-            } else {
-                // its owner stopped while this group was applied in batches
-                suspects.extend(tried);
-                *suspects = merged(std::mem::take(suspects));
-                Vec::new()
-            };
+            let mut next = Vec::new();
+            for [lo, hi] in tried {
+                if clean || lo > e.delivered {
+                    next.push([lo, hi]);
+                } else {
+                    // its owner stopped while it applied what it was delivered of this group
+                    suspects.push([lo, hi.min(e.delivered)]);
+                    if hi > e.delivered {
+                        next.push([e.delivered + 1, hi]);
+                    }
+                }
+            }
+            *suspects = merged(std::mem::take(suspects));
             if e.delivered > floor && !clean {
                 next.push([floor.saturating_add(1), e.delivered]);
             }
             let next = without(merged(next), suspects);
-            if !next.is_empty() {
-                self.group.insert(e.filter.clone(), next);
-            }
+            add(&mut self.group, &e.filter, next);
         }
         // a group whose filter has no earlier consumer was never applied by anyone
         for (filter, ranges) in group {
-            let ranges = merged(ranges);
-            if !ranges.is_empty() {
-                let mine = self.group.entry(filter).or_default();
-                mine.extend(ranges);
-                *mine = merged(std::mem::take(mine));
+            add(&mut self.group, &filter, ranges);
+        }
+        // an input that stopped an owner alone is isolated, also where it is in a group now
+        for &seq in self.stops.keys() {
+            let Some(filter) = self
+                .group
+                .iter()
+                .find(|(_, r)| contains(r, seq))
+                .map(|(f, _)| f.clone())
+            else {
+                continue;
+            };
+            add(&mut self.suspects, &filter, vec![[seq, seq]]);
+            if let Some(g) = self.group.get_mut(&filter) {
+                *g = without(std::mem::take(g), &[[seq, seq]]);
             }
         }
+        self.group.retain(|_, ranges| !ranges.is_empty());
         self.suspects.retain(|_, ranges| !ranges.is_empty());
         let suspects = &self.suspects;
         self.stops
@@ -151,10 +196,37 @@ impl Note {
         self
     }
 
-    /// Whether the input at `seq` is a suspect (of any filter).
-    pub(crate) fn is_suspect(&self, seq: u64) -> bool {
-        self.suspects.values().any(|r| contains(r, seq))
+    /// Whether the input at `seq`, on `subject`, is a suspect: in a range of the filter that
+    /// subject matches.
+    pub(crate) fn is_suspect(&self, subject: &str, seq: u64) -> bool {
+        self.suspects
+            .iter()
+            .any(|(filter, r)| matches_filter(filter, subject) && contains(r, seq))
     }
+}
+
+/// Adds `ranges` to `filter`'s in `map`, merged.
+fn add(map: &mut BTreeMap<String, Vec<[u64; 2]>>, filter: &str, ranges: Vec<[u64; 2]>) {
+    if ranges.is_empty() {
+        return;
+    }
+    let mine = map.entry(filter.to_string()).or_default();
+    mine.extend(ranges);
+    *mine = merged(std::mem::take(mine));
+}
+
+/// Whether NATS subject `subject` matches `filter` (`*` one token, `>` the rest).
+fn matches_filter(filter: &str, subject: &str) -> bool {
+    let mut subject = subject.split('.');
+    for token in filter.split('.') {
+        match (token, subject.next()) {
+            (">", Some(_)) => return true,
+            ("*", Some(_)) => {}
+            (t, Some(s)) if t == s => {}
+            _ => return false,
+        }
+    }
+    subject.next().is_none()
 }
 
 fn contains(ranges: &[[u64; 2]], seq: u64) -> bool {
@@ -230,11 +302,13 @@ pub struct Attempts {
 impl Attempts {
     /// Takes partition `partition`'s note over from its earlier owners (`earlier`: their
     /// consumers, read before they are deleted), writing the [`Note::taken_over`] note. Creates
-    /// the bucket when missing.
+    /// the bucket when missing. `stream` names the input stream (its creation time): a note of
+    /// another stream is dropped.
     pub(crate) async fn take_over(
         js: async_nats::jetstream::Context,
         cfg: &OwnershipConfig,
         partition: u32,
+        stream: &str,
         guard: Arc<dyn Guard>,
         earlier: &[Earlier],
     ) -> Result<Attempts, AttemptsError> {
@@ -267,7 +341,15 @@ impl Attempts {
                 }
             },
         };
-        let note = note.taken_over(earlier);
+        let note = if note.stream.as_deref().is_some_and(|s| s != stream) {
+            tracing::warn!(partition, was = ?note.stream, now = stream,
+                "the input stream was created again since the poison note was written; starting a new one");
+            Note::default()
+        } else {
+            note
+        };
+        let mut note = note.taken_over(earlier);
+        note.stream = Some(stream.to_string());
         let attempts = Attempts {
             bucket,
             key,
@@ -282,10 +364,11 @@ impl Attempts {
         Ok(attempts)
     }
 
-    /// Whether the input at stream sequence `seq` was delivered to an earlier owner and never
-    /// acknowledged: it is applied alone, behind the note.
-    pub fn is_suspect(&self, seq: u64) -> bool {
-        self.suspects.is_suspect(seq)
+    /// Whether the input at stream sequence `seq`, on `subject`, stopped an owner, or was
+    /// delivered to an owner that stopped while applying it in its group: it is applied
+    /// alone, behind the note.
+    pub fn is_suspect(&self, subject: &str, seq: u64) -> bool {
+        self.suspects.is_suspect(subject, seq)
     }
 
     /// Notes that the input at `seq` is about to be applied alone; returns how many times an
@@ -333,20 +416,48 @@ impl Attempts {
         Ok(())
     }
 
-    async fn put(&self, expect: u64, note: &Note) -> Result<u64, AttemptsError> {
-        if !self.guard.is_valid() {
-            return Err(AttemptsError::Deposed);
+    /// Writes `note` over revision `expect`, signed with this owner. A conflict is another
+    /// owner's write (deposed), or a write of this owner's own that timed out but was stored
+    /// after all: then the note is written again over that one.
+    async fn put(&self, mut expect: u64, note: &Note) -> Result<u64, AttemptsError> {
+        let owner = self.guard.owner();
+        let signed = Note {
+            owner: Some(owner.clone()),
+            ..note.clone()
+        };
+        let value =
+            serde_json::to_vec(&signed).map_err(|e| AttemptsError::Bucket(e.to_string()))?;
+        let value = Bytes::from(value);
+        for _ in 0..3 {
+            if !self.guard.is_valid() {
+                return Err(AttemptsError::Deposed);
+            }
+            match self.bucket.put_if(&self.key, value.clone(), expect).await {
+                Ok(revision) => return Ok(revision),
+                Err(WriteError::Other(e)) => return Err(AttemptsError::Bucket(e)),
+                Err(WriteError::Conflict) => {}
+            }
+            let last = self
+                .bucket
+                .last(&self.key)
+                .await
+                .map_err(AttemptsError::Bucket)?;
+            let ours = last
+                .as_ref()
+                .and_then(|e| e.value.as_ref())
+                .is_some_and(|v| {
+                    serde_json::from_slice::<Note>(v)
+                        .is_ok_and(|n| n.owner.as_deref() == Some(&owner))
+                });
+            match last {
+                Some(entry) if ours => {
+                    tracing::info!(key = %self.key, "a note write given up on was stored after all; writing over it");
+                    expect = entry.revision;
+                }
+                _ => return Err(AttemptsError::Deposed),
+            }
         }
-        let value = serde_json::to_vec(note).map_err(|e| AttemptsError::Bucket(e.to_string()))?;
-        match self
-            .bucket
-            .put_if(&self.key, Bytes::from(value), expect)
-            .await
-        {
-            Ok(revision) => Ok(revision),
-            Err(WriteError::Conflict) => Err(AttemptsError::Deposed),
-            Err(WriteError::Other(e)) => Err(AttemptsError::Bucket(e)),
-        }
+        Err(AttemptsError::Deposed)
     }
 }
 
@@ -354,100 +465,149 @@ impl Attempts {
 mod tests {
     use super::*;
 
+    const CHUNKS: &str = "t.p.0.chunks.>";
+    const RESULTS: &str = "t.p.0.results.>";
+    const CHUNK: &str = "t.p.0.chunks.c.m";
+
+    /// Consumer `c-<filter>` acked through `ack_floor`, delivered through `delivered`, with
+    /// what lies between unacknowledged.
     fn earlier(filter: &str, ack_floor: u64, delivered: u64) -> Earlier {
         Earlier {
             name: format!("c-{filter}"),
             filter: filter.into(),
             ack_floor,
             delivered,
+            ack_pending: delivered.saturating_sub(ack_floor),
         }
     }
 
     #[test]
     fn an_earlier_owners_unacknowledged_deliveries_become_the_next_owners_group() {
-        let note =
-            Note::default().taken_over(&[earlier("chunks", 10, 14), earlier("results", 7, 7)]);
+        let note = Note::default().taken_over(&[earlier(CHUNKS, 10, 14), earlier(RESULTS, 7, 7)]);
         assert_eq!(note.group.len(), 1, "nothing unacknowledged on results");
-        assert_eq!(note.group["chunks"], vec![[11, 14]]);
+        assert_eq!(note.group[CHUNKS], vec![[11, 14]]);
         assert!(note.suspects.is_empty(), "applied in batches first");
-        assert!(!note.is_suspect(12));
+        assert!(!note.is_suspect(CHUNK, 12));
     }
 
     #[test]
-    fn a_group_whose_owner_stopped_before_acknowledging_it_is_isolated() {
-        let note = Note::default().taken_over(&[earlier("chunks", 10, 14)]);
-        // its owner acked 11 and 12, was delivered up to 30, and stopped
-        let note = note.taken_over(&[earlier("chunks", 12, 30)]);
-        assert_eq!(note.suspects["chunks"], vec![[13, 14]]);
-        assert_eq!(
-            note.group["chunks"],
-            vec![[15, 30]],
-            "the rest is the next group"
+    fn a_filtered_consumer_with_nothing_unacknowledged_leaves_no_group_whatever_it_skipped() {
+        // a results consumer the server moved past 265 chunks it does not match
+        let idle = Earlier {
+            ack_pending: 0,
+            ..earlier(RESULTS, 0, 265)
+        };
+        let note = Note::default().taken_over(&[idle.clone(), earlier(CHUNKS, 265, 265)]);
+        assert!(
+            note.group.is_empty() && note.suspects.is_empty(),
+            "{note:?}"
         );
-        assert!(note.is_suspect(13) && note.is_suspect(14) && !note.is_suspect(15));
+        let note = note.taken_over(&[idle]);
+        assert!(
+            note.group.is_empty() && note.suspects.is_empty(),
+            "{note:?}"
+        );
+    }
+
+    #[test]
+    fn a_suspect_is_one_only_on_the_subjects_of_its_filter() {
+        let note = Note::default()
+            .taken_over(&[earlier(RESULTS, 0, 20)])
+            .taken_over(&[earlier(RESULTS, 0, 20)]);
+        assert!(note.is_suspect("t.p.0.results.c.m", 12));
+        assert!(
+            !note.is_suspect(CHUNK, 12),
+            "a chunk is not under the results filter"
+        );
+        assert!(matches_filter("a.*.c", "a.b.c") && !matches_filter("a.*.c", "a.b.c.d"));
+        assert!(matches_filter("a.>", "a.b.c") && !matches_filter("a.>", "a"));
+        assert!(!matches_filter("a.b", "a.b.c") && !matches_filter("a.b.c", "a.b"));
+    }
+
+    #[test]
+    fn what_an_owner_was_delivered_of_its_group_is_isolated_when_it_stopped() {
+        let note = Note::default().taken_over(&[earlier(CHUNKS, 10, 14)]);
+        // its owner acked 11 and 12, was delivered only up to 13 of its group, and stopped
+        let note = note.taken_over(&[earlier(CHUNKS, 12, 13)]);
+        assert_eq!(note.suspects[CHUNKS], vec![[13, 13]]);
+        assert_eq!(
+            note.group[CHUNKS],
+            vec![[14, 14]],
+            "never delivered: still untried"
+        );
+        assert!(note.is_suspect(CHUNK, 13) && !note.is_suspect(CHUNK, 14));
     }
 
     #[test]
     fn an_open_attempt_counts_one_stop_per_takeover_and_is_closed() {
         let mut note = Note::default()
-            .taken_over(&[earlier("chunks", 10, 14)])
-            .taken_over(&[earlier("chunks", 10, 14)]);
-        assert_eq!(note.suspects["chunks"], vec![[11, 14]]);
+            .taken_over(&[earlier(CHUNKS, 10, 14)])
+            .taken_over(&[earlier(CHUNKS, 10, 14)]);
+        assert_eq!(note.suspects[CHUNKS], vec![[11, 14]]);
         for expected in 1..=3 {
             note.open = Some(12);
             // the owner stopped mid-attempt and acked nothing
-            note = note.taken_over(&[earlier("chunks", 10, 20)]);
+            note = note.taken_over(&[earlier(CHUNKS, 10, 14)]);
             assert_eq!(note.open, None);
             assert_eq!(note.stops[&12], expected);
-            assert!(note.is_suspect(12));
-            // what it was delivered after 14 is a group first, isolated once an owner stopped
-            // while applying it
-            let isolated = if expected == 1 { [11, 14] } else { [11, 20] };
-            assert_eq!(note.suspects["chunks"], vec![isolated]);
+            assert!(note.is_suspect(CHUNK, 12));
         }
+    }
+
+    #[test]
+    fn a_redelivered_input_that_stopped_an_owner_alone_keeps_its_stops_and_is_isolated() {
+        // no suspects: an ordinary redelivery (a nak) applied alone, and the owner stopped
+        let note = Note {
+            open: Some(30),
+            ..Note::default()
+        }
+        .taken_over(&[earlier(CHUNKS, 29, 35)]);
+        assert_eq!(note.stops[&30], 1, "its stop is kept");
+        assert_eq!(note.suspects[CHUNKS], vec![[30, 30]]);
+        assert_eq!(note.group[CHUNKS], vec![[31, 35]]);
     }
 
     #[test]
     fn ranges_acknowledged_past_by_a_later_owner_are_dropped_with_their_stops() {
         let mut note = Note::default()
-            .taken_over(&[earlier("chunks", 10, 14)])
-            .taken_over(&[earlier("chunks", 10, 14)]);
+            .taken_over(&[earlier(CHUNKS, 10, 14)])
+            .taken_over(&[earlier(CHUNKS, 10, 14)]);
         note.open = Some(12);
-        note = note.taken_over(&[earlier("chunks", 16, 30)]);
+        note = note.taken_over(&[earlier(CHUNKS, 16, 30)]);
         assert!(note.suspects.is_empty(), "11..=14 acknowledged");
         assert!(note.stops.is_empty(), "the stop of 12 is no longer needed");
-        let note = note.taken_over(&[earlier("chunks", 30, 30)]);
+        let note = note.taken_over(&[earlier(CHUNKS, 30, 30)]);
         assert!(note.suspects.is_empty() && note.group.is_empty());
     }
 
     #[test]
     fn a_cleanly_stopped_owners_group_is_not_isolated_and_its_returned_deliveries_not_grouped() {
-        let mut note = Note::default().taken_over(&[earlier("chunks", 10, 14)]);
-        note.returned = vec!["c-chunks".into()];
-        let note = note.taken_over(&[earlier("chunks", 12, 40)]);
+        let mut note = Note::default().taken_over(&[earlier(CHUNKS, 10, 14)]);
+        note.returned = vec![format!("c-{CHUNKS}")];
+        let note = note.taken_over(&[earlier(CHUNKS, 12, 40)]);
         assert!(note.suspects.is_empty());
-        assert_eq!(
-            note.group["chunks"],
-            vec![[13, 14]],
-            "still untried in full"
-        );
+        assert_eq!(note.group[CHUNKS], vec![[13, 14]], "still untried in full");
         assert!(note.returned.is_empty(), "the mark is used once");
-        let note = note.taken_over(&[earlier("chunks", 12, 40)]);
+        let note = note.taken_over(&[earlier(CHUNKS, 12, 40)]);
         assert_eq!(
-            note.suspects["chunks"],
+            note.suspects[CHUNKS],
             vec![[13, 14]],
             "an owner that stopped"
         );
-        assert_eq!(note.group["chunks"], vec![[15, 40]]);
+        assert_eq!(note.group[CHUNKS], vec![[15, 40]]);
     }
 
     #[test]
-    fn a_group_nobody_read_stays_a_group() {
-        let note = Note::default().taken_over(&[earlier("chunks", 10, 14)]);
+    fn a_group_nobody_read_stays_a_group_and_two_consumers_of_one_filter_merge() {
+        let note = Note::default().taken_over(&[earlier(CHUNKS, 10, 14)]);
         // the next owner stopped before its consumers existed: no earlier consumer
         let note = note.taken_over(&[]);
         assert!(note.suspects.is_empty());
-        assert_eq!(note.group["chunks"], vec![[11, 14]]);
+        assert_eq!(note.group[CHUNKS], vec![[11, 14]]);
+        let mut other = earlier(CHUNKS, 20, 25);
+        other.name = "c-other".into();
+        let note = Note::default().taken_over(&[earlier(CHUNKS, 10, 14), other]);
+        assert_eq!(note.group[CHUNKS], vec![[11, 14], [21, 25]]);
     }
 
     #[test]
@@ -463,15 +623,132 @@ mod tests {
         );
         assert_eq!(without(vec![[5, 6]], &[[1, 9]]), Vec::<[u64; 2]>::new());
         assert_eq!(without(vec![[5, 6]], &[]), vec![[5, 6]]);
+        assert_eq!(merged(vec![[u64::MAX, u64::MAX], [1, 2]]).len(), 2);
     }
 
     #[test]
     fn the_note_reads_back_what_it_wrote_and_old_fields_default() {
         let note = Note::default()
-            .taken_over(&[earlier("toolstream.p.1.chunks.>", 2, 5)])
-            .taken_over(&[earlier("toolstream.p.1.chunks.>", 2, 9)]);
+            .taken_over(&[earlier(CHUNKS, 2, 5)])
+            .taken_over(&[earlier(CHUNKS, 2, 9)]);
         let json = serde_json::to_string(&note).unwrap();
         assert_eq!(serde_json::from_str::<Note>(&json).unwrap(), note);
         assert_eq!(serde_json::from_str::<Note>("{}").unwrap(), Note::default());
+    }
+}
+
+/// The note against a real nats-server.
+#[cfg(test)]
+mod nats_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use toolstream_testkit::NatsServer;
+
+    struct Lease(AtomicBool, &'static str);
+
+    impl Guard for Lease {
+        fn is_valid(&self) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+        fn owner(&self) -> String {
+            self.1.into()
+        }
+    }
+
+    async fn take_over(
+        js: &async_nats::jetstream::Context,
+        owner: &'static str,
+    ) -> (Attempts, Arc<Lease>) {
+        let lease = Arc::new(Lease(AtomicBool::new(true), owner));
+        let attempts = Attempts::take_over(
+            js.clone(),
+            &OwnershipConfig::default(),
+            0,
+            "stream-1",
+            lease.clone(),
+            &[],
+        )
+        .await
+        .expect("take over");
+        (attempts, lease)
+    }
+
+    #[tokio::test]
+    async fn a_note_write_of_its_own_stored_after_a_timeout_is_written_over_not_taken_for_another_owner(
+    ) {
+        let server = NatsServer::start().expect("nats-server");
+        let client = async_nats::connect(server.url()).await.expect("connect");
+        let js = async_nats::jetstream::new(client);
+        let (attempts, _lease) = take_over(&js, "a/5").await;
+        assert_eq!(attempts.begin(7).await.expect("begin"), 0);
+        // a write of this owner's that it gave up on, stored after all: the key moved on
+        let stale = attempts.state.lock().await.0;
+        let mut landed = attempts.note().await;
+        landed.open = Some(8);
+        landed.owner = Some("a/5".into());
+        attempts
+            .bucket
+            .put_if(
+                &attempts.key,
+                Bytes::from(serde_json::to_vec(&landed).unwrap()),
+                stale,
+            )
+            .await
+            .expect("the late write lands");
+        attempts
+            .end(7)
+            .await
+            .expect("its own late write is no conflict");
+        assert_eq!(attempts.begin(9).await.expect("and it goes on"), 0);
+
+        // another owner's write is one
+        let (other, _) = take_over(&js, "b/6").await;
+        assert_eq!(other.note().await.stops.get(&9), None);
+        assert!(matches!(
+            attempts.begin(10).await,
+            Err(AttemptsError::Deposed)
+        ));
+        // and a lapsed lease writes nothing
+        let (next, lease) = take_over(&js, "c/7").await;
+        lease.0.store(false, Ordering::SeqCst);
+        assert!(matches!(next.begin(11).await, Err(AttemptsError::Deposed)));
+    }
+
+    #[tokio::test]
+    async fn a_note_of_an_input_stream_since_created_again_is_dropped() {
+        let server = NatsServer::start().expect("nats-server");
+        let client = async_nats::connect(server.url()).await.expect("connect");
+        let js = async_nats::jetstream::new(client);
+        let lease: Arc<dyn Guard> = Arc::new(Lease(AtomicBool::new(true), "a/1"));
+        let cfg = OwnershipConfig::default();
+        let unacked = [Earlier {
+            name: "c".into(),
+            filter: "t.>".into(),
+            ack_floor: 40,
+            delivered: 45,
+            ack_pending: 5,
+        }];
+        let first = Attempts::take_over(js.clone(), &cfg, 3, "s1", lease.clone(), &[])
+            .await
+            .unwrap();
+        first.begin(41).await.unwrap();
+        // the owner stops mid-attempt; on the same stream its next owner counts the stop
+        let again = Attempts::take_over(js.clone(), &cfg, 3, "s1", lease.clone(), &unacked)
+            .await
+            .unwrap();
+        let note = again.note().await;
+        assert_eq!(note.stops.get(&41), Some(&1));
+        assert!(note.is_suspect("t.x", 41));
+        // the stream was deleted and created again: its sequence 41 is another input
+        let renewed = Attempts::take_over(js.clone(), &cfg, 3, "s2", lease, &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            renewed.note().await,
+            Note {
+                stream: Some("s2".into()),
+                ..Note::default()
+            }
+        );
     }
 }

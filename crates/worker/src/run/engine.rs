@@ -168,10 +168,17 @@ impl Engine {
         .await?;
         let mut ownership = config.ownership.clone();
         ownership.replicas = config.streams.replicas;
+        // the input stream's identity: a note of a stream since created again is dropped
+        let stream = input
+            .cached_info()
+            .created
+            .unix_timestamp_nanos()
+            .to_string();
         let attempts = Attempts::take_over(
             shared.js.clone(),
             &ownership,
             partition,
+            &stream,
             Arc::clone(&lease.guard),
             &earlier.iter().map(|(_, e)| e.clone()).collect::<Vec<_>>(),
         )
@@ -693,6 +700,7 @@ async fn other_epochs(
                 filter: info.config.filter_subject.clone(),
                 ack_floor: info.ack_floor.stream_sequence,
                 delivered: info.delivered.stream_sequence,
+                ack_pending: u64::try_from(info.num_ack_pending).unwrap_or(u64::MAX),
             },
         ));
     }
