@@ -347,3 +347,48 @@ fn the_default_cap_is_on_and_time_retention_still_deletes_below_it() {
     assert!(kept_exactly(&store, 1) && kept_exactly(&store, 2));
     assert_eq!(store.retained(), retained(2, 1));
 }
+
+#[test]
+fn a_message_awaiting_its_result_is_still_deleted_retention_ms_after_completion_while_over_the_cap()
+{
+    // The count bound passes over messages whose tool is still running and queues them again
+    // behind the newest; while the store stays over the bound that happens on every tick.
+    // Their retention_ms must still count from their completion, or a result that never
+    // comes would keep them forever.
+    const R: u64 = 10_000;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        &dir.path().join("db"),
+        Config {
+            retention_ms: R,
+            ..config(2)
+        },
+    )
+    .unwrap();
+    for i in 0..5 {
+        let m = msg(i);
+        for (seq, body) in bodies(i).iter().enumerate() {
+            let applied = store
+                .apply(&chunk(CONV, &m, seq as u64, body), 1_000)
+                .unwrap();
+            assert!(matches!(applied, Applied::Accepted { .. }), "{applied:?}");
+        }
+    }
+    let mut now = 2_000;
+    while now < 1_000 + R {
+        store.tick(now).unwrap();
+        now += 1_000;
+    }
+    for i in 0..5 {
+        assert!(kept_exactly(&store, i), "m{i}: its tool is still running");
+    }
+    assert_eq!(store.retained(), retained(5, 0));
+    store.tick(1_000 + R).unwrap();
+    for i in 0..5 {
+        assert!(
+            store.message_snapshot(CONV, &msg(i)).unwrap().is_none(),
+            "m{i}: retention_ms after its completion"
+        );
+    }
+    assert_eq!(store.retained(), retained(0, 5));
+}

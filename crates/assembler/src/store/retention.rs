@@ -28,7 +28,8 @@
 //! function or custom call without a result: the agent's tool may run for minutes or hours,
 //! and deleting the message would turn its result into `tool_result.orphaned`). Such a
 //! message's entry is moved to the tick's time instead ([`requeue`]), so the bound goes on
-//! with the messages behind it, and `retention_ms` counts from then.
+//! with the messages behind it; the entry keeps the completion time, from which
+//! `retention_ms` still counts (deleted at the latest `retention_ms` after its last requeue).
 //!
 //! Count bound (`retention_max_messages` = `n`, not 0): the index's entries are counted in
 //! memory by kind ([`super::inner::Retained`]: read at open with one pass over the index's
@@ -92,11 +93,13 @@ pub(crate) fn expire(
         return Ok(0);
     }
     let (mut deleted, mut dropped) = (0, 0);
-    for (key, _) in storage.first_n(Space::Done, 2 * EXPIRE_PER_TICK)? {
+    for (key, value) in storage.first_n(Space::Done, 2 * EXPIRE_PER_TICK)? {
         let (at, tag, conv, msg) = keys::parse_done(&key).ok_or(StoreError::Corrupt {
             space: "done",
             detail: "unreadable retention key".into(),
         })?;
+        // a requeued entry keeps its message's completion time: retention_ms counts from it
+        let at = completed_at(&value).unwrap_or(at);
         let due = retention > 0 && now.saturating_sub(at) >= retention;
         if !due {
             if !any_over(inner) {
@@ -111,7 +114,7 @@ pub(crate) fn expire(
             DoneTag::Message if deleted < EXPIRE_PER_TICK => {
                 if !due && awaits_results(storage, &conv, &msg)? {
                     // Its tool is still running: only `retention_ms` may delete it.
-                    requeue(storage, &key, now, &conv, &msg)?;
+                    requeue(storage, &key, at, now, &conv, &msg)?;
                     continue;
                 }
                 delete_message(inner, storage, &key, &conv, &msg, now)?;
@@ -146,22 +149,32 @@ fn awaits_results(storage: &dyn Storage, conv: &str, msg: &str) -> Result<bool, 
     }))
 }
 
+/// The completion time a requeued entry carries as its value (other entries' values are
+/// empty: their key's time is the completion time).
+fn completed_at(value: &[u8]) -> Option<u64> {
+    value.try_into().ok().map(u64::from_be_bytes)
+}
+
 /// Moves message `msg`'s retention entry to `now`: the count bound passes over it until
-/// the entries before it are gone (and `retention_ms` counts from `now`).
+/// the entries before it are gone. The entry carries its completion time `completed` as its
+/// value, so `retention_ms` still counts from the completion: requeued on every pass while
+/// the store stays over the bound, a message whose result never comes would otherwise never
+/// be due. It is deleted when retention reaches it past that time: at the latest
+/// `retention_ms` after its last requeue, which is before its completion + `retention_ms`.
 fn requeue(
     storage: &dyn Storage,
     done_key: &[u8],
+    completed: u64,
     now: u64,
     conv: &str,
     msg: &str,
 ) -> Result<(), StoreError> {
     let moved = keys::done(now, DoneTag::Message, conv, msg);
-    if moved.as_slice() == done_key {
-        return Ok(());
-    }
     let mut w = WriteSet::default();
-    w.delete(Space::Done, done_key.to_vec());
-    w.put(Space::Done, moved, Vec::new());
+    if moved.as_slice() != done_key {
+        w.delete(Space::Done, done_key.to_vec());
+    }
+    w.put(Space::Done, moved, completed.to_be_bytes().to_vec());
     storage.commit(w)
 }
 
