@@ -9,7 +9,10 @@
 //!   streams; none of them ends. Reports peak RSS.
 //! - `sustained MINUTES CONCURRENT K [FRAG]` — keeps CONCURRENT streams open for MINUTES:
 //!   each time a stream has received its K bytes it ends (finish + `[DONE]`, its call
-//!   completes) and a new stream takes its place. `Store::tick` runs every second. RSS is
+//!   completes), its tool's result follows at once (one result input; set `OSM_NO_RESULTS=1`
+//!   for none: then every call awaits its result, which the count bound of
+//!   `retention_max_messages` never deletes) and a new stream takes its place.
+//!   `Store::tick` runs every second. RSS is
 //!   sampled every 5 seconds (`t_s rss_mib hwm_mib completed_messages open_streams inputs
 //!   retained_messages tombstones`; the last two are `-` when `retention_max_messages` is 0).
 //!
@@ -63,7 +66,11 @@
 //! Retention by count (`retention_max_messages`, default 50,000 messages and as many
 //! tombstones): history bounded by configuration instead of by completion rate ×
 //! `retention_ms`. The runs below never reach `retention_ms` (7 days); only the count bound
-//! deletes. Each pair ran side by side on the shared 2-core machine (`0` = no count bound,
+//! deletes. Measured at 2d4a0ad, when the count bound deleted every message and this example
+//! sent no results; since 37a286d the bound passes over a message whose tool is still running
+//! (no result yet), so the example now answers every call at once (the same deletions; the
+//! runs at the end of this section are with answers). Each pair ran side by side on the
+//! shared 2-core machine (`0` = no count bound,
 //! the behaviour before); medians of the 5 s samples in the window after both counts reached
 //! the bound, and the growth per completed message there (least squares on the samples):
 //! ```sh
@@ -83,6 +90,15 @@
 //! | `sustained 16 2000 4096 256`, bound 50,000 | 720–965 s | 137 MiB (130 → 150), +605 B per message (240–965 s) | 128 MiB (127–132), +119 B, 115,054 → 135,857 messages |
 //! | `sustained 12 2000 256 64`, bound 50,000 | 480–720 s | 137.5 MiB (123 → 143), +227 B per message (240–720 s) | 145 MiB (141–145), +15 B (300–720 s), 172,741 → 231,144 messages |
 //! | `sustained 8 20000 4096 256`, bounds 5,000 / 20,000 | 360–485 s | 157 → 167 MiB, +1,259 B per message | 5,000: 149–150 MiB, +112 B; 20,000: 153–156 MiB, +230 B (tombstones still filling) |
+//!
+//!
+//! At HEAD (cc17abd) with every call answered, `sustained 7 2000 256 64` side by side, 240–420 s
+//! (`TOOLSTREAM_CONFIG_JSON='{"retention_max_messages":N}'`, N = 0, 5000; the default unset):
+//! no bound 114 MiB (108 → 122), +216 B per message; bound 5,000: 94 MiB (89 → 94), +42 B;
+//! bound 50,000 (default, reached at 211 s): 148 MiB (146 → 155), +168 B, still settling 3
+//! minutes after reaching the bound (the 12-minute run above settled at 141–145 MiB). The same
+//! with `OSM_NO_RESULTS=1` and the bound 5,000 (`sustained 3 2000 256 64`, before cc17abd): no
+//! message was deleted by count (86,693 kept at 3 minutes), as documented for unanswered calls.
 //!
 //! So: without the bound RSS grows for as long as messages are kept (0.2–1.3 KB per message,
 //! more for larger messages: sled's per-page state follows the stored bytes); with it RSS is
@@ -150,11 +166,22 @@ impl Driver {
     }
 
     fn apply(&mut self, conv: &str, msg: &str, seq: u64, body: &[u8]) -> Result<()> {
+        self.apply_kind(InputKind::Chunk, conv, msg, seq, body)
+    }
+
+    fn apply_kind(
+        &mut self,
+        kind: InputKind,
+        conv: &str,
+        msg: &str,
+        seq: u64,
+        body: &[u8],
+    ) -> Result<()> {
         let input = Input {
-            kind: InputKind::Chunk,
+            kind,
             conversation_id: conv,
             message_id: msg,
-            provider: Some(Provider::OpenaiChat),
+            provider: (kind == InputKind::Chunk).then_some(Provider::OpenaiChat),
             seq: Seq::Producer(seq),
             control: None,
             body,
@@ -278,6 +305,7 @@ fn sustained(args: &[String]) -> Result<()> {
     let concurrent = arg(args, 3, None)?.max(1);
     let k = arg(args, 4, None)?;
     let frag = arg(args, 5, Some(64))?.max(1);
+    let answer = std::env::var("OSM_NO_RESULTS").is_err();
     let dir = tempfile::tempdir()?;
     let mut config = config()?;
     config.max_open_streams = config.max_open_streams.max(concurrent);
@@ -334,6 +362,12 @@ fn sustained(args: &[String]) -> Result<()> {
                 s if s == rounds + 2 => d.apply(&conv, &msg, s, FINISH)?,
                 s => {
                     d.apply(&conv, &msg, s, b"[DONE]")?;
+                    if answer {
+                        // the agent's tool answers at once (the count bound passes over a
+                        // message whose tool is still running)
+                        let body = format!("{{\"tool_call_id\":\"{id}\",\"output\":\"ok\"}}");
+                        d.apply_kind(InputKind::Result, &conv, &msg, 0, body.as_bytes())?;
+                    }
                     completed += 1;
                     *stream = next_stream;
                     next_stream += 1;
