@@ -47,12 +47,13 @@ pub struct Config {
     ///
     /// What the count bound gives up, with `n` this setting and completions counted per store
     /// (per partition): a message is kept only until `n` more complete after it, so
-    /// - snapshots and histories no longer show it. A message whose calls still await their
+    /// - snapshots and histories no longer show it. Messages whose calls still await their
     ///   results (a completed function or custom call without a result: its tool is still
-    ///   running) is never deleted by count, only by `retention_ms`: it is passed over and
-    ///   queued again behind the newest, so its result still finds its call. Such messages
-    ///   count toward `n`; a store with more than `n` of them keeps them all and deletes the
-    ///   answered ones at once;
+    ///   running) go last: among the oldest 2,000 kept, the answered ones are deleted first,
+    ///   so a late result still finds its call, and only a store still over the bound deletes
+    ///   the oldest of those still running (a store whose producers never send results): the
+    ///   bound holds. A result arriving after its message was deleted becomes
+    ///   `tool_result.orphaned` (after `orphan_grace_ms`);
     /// - a redelivered chunk of the message is a duplicate while its tombstone exists: until
     ///   about `n` further messages were deleted after it, ~2 `n` completions after its own.
     ///   After that (a producer re-publishing an old message, a JetStream redelivery slower

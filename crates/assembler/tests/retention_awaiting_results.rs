@@ -1,7 +1,8 @@
-//! The count bound (`retention_max_messages`) never deletes a message whose calls still await
-//! their results: an agent's tool may run for minutes or hours, and deleting its message early
-//! would turn the result, when it comes, into `tool_result.orphaned`. Only `retention_ms`
-//! (time) deletes such a message. Messages behind it are still deleted by count.
+//! The count bound (`retention_max_messages`) deletes a message whose calls still await their
+//! results last: an agent's tool may run for minutes or hours, and deleting its message early
+//! would turn the result, when it comes, into `tool_result.orphaned`. Messages behind
+//! it are still deleted by count, and the bound holds when no answered message is left to delete
+//! (`the_bound_holds_when_no_tool_ever_answers` in `retention_by_count.rs`).
 
 // A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -87,8 +88,8 @@ fn the_count_bound_passes_over_messages_whose_tools_are_still_running() {
     let snap = store.message_snapshot(CONV, "m0").unwrap().unwrap();
     assert_eq!(snap.tool_results.len(), 1, "{snap:?}");
     assert!(snap.orphaned_results.is_empty(), "{snap:?}");
-    // more messages: the bound goes on, m0 (answered, moved behind m4 and m5 when it was
-    // passed over) goes in its turn, m1 is passed over again
+    // more messages: the bound goes on, m0 (answered now, the oldest) goes first, m1 is
+    // passed over again
     for i in 6..10 {
         complete(&store, i, 3_000 + i as u64);
         answer(&store, i, 3_000 + i as u64);

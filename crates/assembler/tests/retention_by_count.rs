@@ -351,10 +351,10 @@ fn the_default_cap_is_on_and_time_retention_still_deletes_below_it() {
 #[test]
 fn a_message_awaiting_its_result_is_still_deleted_retention_ms_after_completion_while_over_the_cap()
 {
-    // The count bound passes over messages whose tool is still running and queues them again
-    // behind the newest; while the store stays over the bound that happens on every tick.
-    // Their retention_ms must still count from their completion, or a result that never
-    // comes would keep them forever.
+    // Over the bound, messages whose tool is still running go last: the answered ones are
+    // deleted, and those still running are queued again behind the newest, on every tick the
+    // store is over the bound. Their retention_ms must still count from their completion, or a
+    // result that never comes would keep them forever.
     const R: u64 = 10_000;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(
@@ -365,7 +365,7 @@ fn a_message_awaiting_its_result_is_still_deleted_retention_ms_after_completion_
         },
     )
     .unwrap();
-    for i in 0..5 {
+    for i in 0..2 {
         let m = msg(i);
         for (seq, body) in bodies(i).iter().enumerate() {
             let applied = store
@@ -374,21 +374,52 @@ fn a_message_awaiting_its_result_is_still_deleted_retention_ms_after_completion_
             assert!(matches!(applied, Applied::Accepted { .. }), "{applied:?}");
         }
     }
-    let mut now = 2_000;
+    // an answered message completes every second, keeping the store over the bound
+    let (mut now, mut next) = (2_000, 2);
     while now < 1_000 + R {
+        complete(&store, next, now);
         store.tick(now).unwrap();
+        assert_eq!(store.retained().map(|r| r.messages), Some(2));
+        assert!(
+            !kept_exactly(&store, next),
+            "m{next}: answered, so deleted first"
+        );
         now += 1_000;
+        next += 1;
     }
-    for i in 0..5 {
+    for i in 0..2 {
         assert!(kept_exactly(&store, i), "m{i}: its tool is still running");
     }
-    assert_eq!(store.retained(), retained(5, 0));
     store.tick(1_000 + R).unwrap();
-    for i in 0..5 {
+    for i in 0..2 {
         assert!(
             store.message_snapshot(CONV, &msg(i)).unwrap().is_none(),
             "m{i}: retention_ms after its completion"
         );
     }
-    assert_eq!(store.retained(), retained(0, 5));
+}
+
+#[test]
+fn the_bound_holds_when_no_tool_ever_answers() {
+    // Producers that never send results: every message is still awaiting one. The oldest go
+    // anyway once no answered message is left to delete; memory stays bounded.
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _storage) = open(&dir.path().join("db"), 3);
+    for i in 0..10 {
+        let m = msg(i);
+        for (seq, body) in bodies(i).iter().enumerate() {
+            let applied = store
+                .apply(&chunk(CONV, &m, seq as u64, body), at(i))
+                .unwrap();
+            assert!(matches!(applied, Applied::Accepted { .. }), "{applied:?}");
+        }
+        store.tick(at(i)).unwrap();
+    }
+    settle(&store, at(9));
+    assert_eq!(store.retained().map(|r| r.messages), Some(3));
+    assert!((0..7).all(|i| store.message_snapshot(CONV, &msg(i)).unwrap().is_none()));
+    assert!(
+        (7..10).all(|i| kept_exactly(&store, i)),
+        "the newest are kept"
+    );
 }

@@ -24,12 +24,14 @@
 //! Messages completed before the index existed have no entry and are kept. Outbox rows are
 //! never touched (the relay owns them), nor the conversation's provider record.
 //!
-//! The count bound never deletes a message whose calls still await their results (a completed
-//! function or custom call without a result: the agent's tool may run for minutes or hours,
-//! and deleting the message would turn its result into `tool_result.orphaned`). Such a
-//! message's entry is moved to the tick's time instead ([`requeue`]), so the bound goes on
-//! with the messages behind it; the entry keeps the completion time, from which
-//! `retention_ms` still counts (deleted at the latest `retention_ms` after its last requeue).
+//! Over the count bound, messages whose calls still await their results (a completed function
+//! or custom call without a result: the agent's tool may run for minutes or hours, and
+//! deleting the message turns its result into `tool_result.orphaned`) go last: within one
+//! tick's read of the index (its oldest 2 × [`EXPIRE_PER_TICK`] entries) the answered ones are
+//! deleted first, and only a store still over the bound then deletes the oldest of those still
+//! running. So a running tool's message survives while fewer than about 2,000 older messages
+//! also wait for results, and the bound holds whether or not producers send results. Entries
+//! never move: `retention_ms` counts from the completion for every message.
 //!
 //! Count bound (`retention_max_messages` = `n`, not 0): the index's entries are counted in
 //! memory by kind ([`super::inner::Retained`]: read at open with one pass over the index's
@@ -93,13 +95,13 @@ pub(crate) fn expire(
         return Ok(0);
     }
     let (mut deleted, mut dropped) = (0, 0);
-    for (key, value) in storage.first_n(Space::Done, 2 * EXPIRE_PER_TICK)? {
+    // messages over the count bound whose tools are still running: they go last
+    let mut running: Vec<(Vec<u8>, String, String)> = Vec::new();
+    for (key, _) in storage.first_n(Space::Done, 2 * EXPIRE_PER_TICK)? {
         let (at, tag, conv, msg) = keys::parse_done(&key).ok_or(StoreError::Corrupt {
             space: "done",
             detail: "unreadable retention key".into(),
         })?;
-        // a requeued entry keeps its message's completion time: retention_ms counts from it
-        let at = completed_at(&value).unwrap_or(at);
         let due = retention > 0 && now.saturating_sub(at) >= retention;
         if !due {
             if !any_over(inner) {
@@ -113,8 +115,8 @@ pub(crate) fn expire(
         match tag {
             DoneTag::Message if deleted < EXPIRE_PER_TICK => {
                 if !due && awaits_results(storage, &conv, &msg)? {
-                    // Its tool is still running: only `retention_ms` may delete it.
-                    requeue(storage, &key, at, now, &conv, &msg)?;
+                    // Its tool is still running: the answered ones go first.
+                    running.push((key, conv, msg));
                     continue;
                 }
                 delete_message(inner, storage, &key, &conv, &msg, now)?;
@@ -129,6 +131,16 @@ pub(crate) fn expire(
         if deleted >= EXPIRE_PER_TICK && dropped >= EXPIRE_PER_TICK {
             break;
         }
+    }
+    // Still over the bound with no answered message left to delete in this read: the bound
+    // holds (memory is bounded by it whether or not producers send results), the oldest
+    // messages whose tools are still running go too. The rest stay where they are.
+    for (key, conv, msg) in running {
+        if !over(inner, DoneTag::Message) || deleted >= EXPIRE_PER_TICK {
+            break;
+        }
+        delete_message(inner, storage, &key, &conv, &msg, now)?;
+        deleted += 1;
     }
     Ok(deleted + dropped)
 }
@@ -147,35 +159,6 @@ fn awaits_results(storage: &dyn Storage, conv: &str, msg: &str) -> Result<bool, 
                 .as_deref()
                 .is_some_and(|id| !m.tool_results.iter().any(|r| r.tool_call_id == id))
     }))
-}
-
-/// The completion time a requeued entry carries as its value (other entries' values are
-/// empty: their key's time is the completion time).
-fn completed_at(value: &[u8]) -> Option<u64> {
-    value.try_into().ok().map(u64::from_be_bytes)
-}
-
-/// Moves message `msg`'s retention entry to `now`: the count bound passes over it until
-/// the entries before it are gone. The entry carries its completion time `completed` as its
-/// value, so `retention_ms` still counts from the completion: requeued on every pass while
-/// the store stays over the bound, a message whose result never comes would otherwise never
-/// be due. It is deleted when retention reaches it past that time: at the latest
-/// `retention_ms` after its last requeue, which is before its completion + `retention_ms`.
-fn requeue(
-    storage: &dyn Storage,
-    done_key: &[u8],
-    completed: u64,
-    now: u64,
-    conv: &str,
-    msg: &str,
-) -> Result<(), StoreError> {
-    let moved = keys::done(now, DoneTag::Message, conv, msg);
-    let mut w = WriteSet::default();
-    if moved.as_slice() != done_key {
-        w.delete(Space::Done, done_key.to_vec());
-    }
-    w.put(Space::Done, moved, completed.to_be_bytes().to_vec());
-    storage.commit(w)
 }
 
 /// The stream's current state: the cache holds the newest for live streams.
