@@ -67,9 +67,9 @@
 //! tombstones): history bounded by configuration instead of by completion rate ×
 //! `retention_ms`. The runs below never reach `retention_ms` (7 days); only the count bound
 //! deletes. Measured at 2d4a0ad, when the count bound deleted every message and this example
-//! sent no results; since 37a286d the bound passes over a message whose tool is still running
-//! (no result yet), so the example now answers every call at once (the same deletions; the
-//! runs at the end of this section are with answers). Each pair ran side by side on the
+//! sent no results; since 0583a49 the bound deletes a message whose tool is still running (no
+//! result yet) last, so the example answers every call at once (the same deletions; the runs
+//! at the end of this section are with answers; `OSM_NO_RESULTS=1` for none). Each pair ran side by side on the
 //! shared 2-core machine (`0` = no count bound,
 //! the behaviour before); medians of the 5 s samples in the window after both counts reached
 //! the bound, and the growth per completed message there (least squares on the samples):
@@ -97,8 +97,10 @@
 //! no bound 114 MiB (108 → 122), +216 B per message; bound 5,000: 94 MiB (89 → 94), +42 B;
 //! bound 50,000 (default, reached at 211 s): 148 MiB (146 → 155), +168 B, still settling 3
 //! minutes after reaching the bound (the 12-minute run above settled at 141–145 MiB). The same
-//! with `OSM_NO_RESULTS=1` and the bound 5,000 (`sustained 3 2000 256 64`, before cc17abd): no
-//! message was deleted by count (86,693 kept at 3 minutes), as documented for unanswered calls.
+//! with `OSM_NO_RESULTS=1` and the bound 5,000 (`sustained 3 2000 256 64`) under 37a286d, which
+//! never deleted a running tool's message by count: 86,693 kept at 3 minutes. At 0583a49
+//! (those go last, not never; `sustained 4 2000 256 64`, 120–240 s, side by side): bound 5,000
+//! 63–64 MiB flat, 5,036–5,182 kept; no bound 91 → 101 MiB.
 //!
 //! So: without the bound RSS grows for as long as messages are kept (0.2–1.3 KB per message,
 //! more for larger messages: sled's per-page state follows the stored bytes); with it RSS is
@@ -363,8 +365,8 @@ fn sustained(args: &[String]) -> Result<()> {
                 s => {
                     d.apply(&conv, &msg, s, b"[DONE]")?;
                     if answer {
-                        // the agent's tool answers at once (the count bound passes over a
-                        // message whose tool is still running)
+                        // the agent's tool answers at once (the count bound deletes a message
+                        // whose tool is still running last)
                         let body = format!("{{\"tool_call_id\":\"{id}\",\"output\":\"ok\"}}");
                         d.apply_kind(InputKind::Result, &conv, &msg, 0, body.as_bytes())?;
                     }
