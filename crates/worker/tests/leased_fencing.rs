@@ -87,37 +87,24 @@ fn leased(id: &str) -> Vec<String> {
 
 /// A conversation of partition `k` (of 2).
 fn conv_of(k: u32) -> String {
-    (0..100)
-        .map(|i| format!("conv-{i}"))
-        .find(|c| chunk_model::wire::Subjects::partition_of(2, c) == k)
-        .unwrap()
+    toolstream_testkit::harness::conversations_of(2, k, 1, "conv").remove(0)
 }
 
-/// One call's openai-chat stream as message `m` of `conv`, on partition `k`'s subject.
-async fn publish_a_call(js: &jetstream::Context, k: u32, conv: &str) {
-    use async_nats::HeaderMap;
-    use chunk_model::wire::headers;
+/// One call's openai-chat stream as message `m` of `conv`, on its partition's subject.
+async fn publish_a_call(js: &jetstream::Context, conv: &str) {
     let calls = vec![toolstream_testkit::harness::Call {
         id: "call_1".into(),
         name: "f".into(),
         args: serde_json::json!({"x": 1}),
     }];
+    let producer = toolstream_testkit::harness::Producer::new(js.clone());
     for (seq, body) in toolstream_testkit::harness::openai_chat_stream(&calls)
         .iter()
         .enumerate()
     {
-        let mut h = HeaderMap::new();
-        h.insert(headers::PROVIDER, "openai-chat");
-        h.insert(headers::SEQ, seq.to_string().as_str());
-        js.publish_with_headers(
-            format!("toolstream.p.{k}.chunks.{conv}.m"),
-            h,
-            body.clone().into(),
-        )
-        .await
-        .unwrap()
-        .await
-        .expect("stored");
+        producer
+            .partitioned_chunk(2, conv, "m", "openai-chat", seq as u64, body)
+            .await;
     }
 }
 
@@ -273,17 +260,14 @@ async fn a_dead_letter_published_straight_from_the_consume_loop_names_its_owner(
 #[tokio::test]
 async fn a_live_owner_whose_consumer_was_deleted_recovers() {
     let (_server, _nats, js, _dir, a) = one_leased_worker().await;
-    let conv = (0..100)
-        .map(|i| format!("conv-{i}"))
-        .find(|c| chunk_model::wire::Subjects::partition_of(2, c) == 0)
-        .unwrap();
+    let conv = conv_of(0);
     let epoch = epochs_of(&consumer_names(&js).await, 0)[0];
     let input = js.get_stream("TOOLSTREAM_IN").await.unwrap();
     input
         .delete_consumer(&format!("toolstream-e{epoch}-p0-chunks"))
         .await
         .expect("delete (what a deposed owner's delete_other_epochs does)");
-    publish_a_call(&js, 0, &conv).await;
+    publish_a_call(&js, &conv).await;
     message_published(
         &js,
         &conv,
@@ -302,7 +286,7 @@ async fn a_partition_handed_back_and_forth_without_input_reads_nothing_again() {
     let (server, _nats, js, dir, mut a) = one_leased_worker().await;
     // input on partition 1 (the one a second worker's share takes), assembled by a
     let conv = conv_of(1);
-    publish_a_call(&js, 1, &conv).await;
+    publish_a_call(&js, &conv).await;
     message_published(&js, &conv, "the message's events", || tail(&a.log(), 30)).await;
     // b joins: partition 1 is handed to it (a's final checkpoint has a real floor)
     let flags = leased("b");
@@ -362,7 +346,7 @@ async fn a_worker_with_another_partition_count_takes_nothing_and_says_so() {
     .await;
     // a is not asked to hand anything off, and still serves partition 1
     let conv = conv_of(1);
-    publish_a_call(&js, 1, &conv).await;
+    publish_a_call(&js, &conv).await;
     message_published(&js, &conv, "partition 1's events, from a", || {
         tail(&a.log(), 30)
     })

@@ -20,8 +20,6 @@
 mod common;
 
 use async_nats::jetstream;
-use async_nats::HeaderMap;
-use chunk_model::wire::{headers, Subjects};
 use common::*;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -55,15 +53,6 @@ fn leased(id: &str) -> Vec<String> {
     .to_vec()
 }
 
-/// `n` conversations of partition `k`.
-fn convs_of(k: u32, n: usize, tag: &str) -> Vec<String> {
-    (0..10_000)
-        .map(|i| format!("{tag}-{i}"))
-        .filter(|c| Subjects::partition_of(PARTITIONS, c) == k)
-        .take(n)
-        .collect()
-}
-
 fn good_calls(conv: &str) -> Vec<Call> {
     vec![Call {
         id: format!("call_{conv}"),
@@ -72,27 +61,12 @@ fn good_calls(conv: &str) -> Vec<Call> {
     }]
 }
 
-async fn publish_chunk(js: &jetstream::Context, conv: &str, seq: usize, body: &[u8]) {
-    let k = Subjects::partition_of(PARTITIONS, conv);
-    let mut h = HeaderMap::new();
-    h.insert(headers::PROVIDER, "openai-chat");
-    h.insert(headers::SEQ, seq.to_string().as_str());
-    js.publish_with_headers(
-        format!("toolstream.p.{k}.chunks.{conv}.m"),
-        h,
-        body.to_vec().into(),
-    )
-    .await
-    .unwrap()
-    .await
-    .expect("stored in the input stream");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_input_on_a_leased_partition_is_given_up_on_across_takeovers() {
     let server = NatsServer::start().expect("nats-server");
     let nats = client(&server.url()).await;
     let js = jetstream::new(nats.clone());
+    let producer = Producer::new(js.clone());
     let dir = tempfile::tempdir().unwrap();
     let env = [("TOOLSTREAM_FAILPOINT_ABORT_ON_BODY", MARKER)];
     let mut workers: Vec<Worker> = ["a", "b"]
@@ -127,7 +101,7 @@ async fn a_poison_input_on_a_leased_partition_is_given_up_on_across_takeovers() 
     }
 
     // the poison call on partition 0, beside good messages on both partitions, interleaved
-    let poison_conv = convs_of(0, 1, "poison").remove(0);
+    let poison_conv = conversations_of(PARTITIONS, 0, 1, "poison").remove(0);
     let mut poison_stream = openai_chat_stream(&[Call {
         id: "call_p".to_string(),
         name: "exec".to_string(),
@@ -137,7 +111,7 @@ async fn a_poison_input_on_a_leased_partition_is_given_up_on_across_takeovers() 
     poison["system_fingerprint"] = MARKER.into();
     poison_stream.insert(2, serde_json::to_vec(&poison).unwrap());
     let good: Vec<String> = (0..PARTITIONS)
-        .flat_map(|k| convs_of(k, GOOD, &format!("good{k}")))
+        .flat_map(|k| conversations_of(PARTITIONS, k, GOOD, &format!("good{k}")))
         .collect();
     let streams: Vec<Vec<Vec<u8>>> = good
         .iter()
@@ -147,11 +121,22 @@ async fn a_poison_input_on_a_leased_partition_is_given_up_on_across_takeovers() 
     for seq in 0..longest.max(poison_stream.len()) {
         for (conv, chunks) in good.iter().zip(&streams) {
             if let Some(body) = chunks.get(seq) {
-                publish_chunk(&js, conv, seq, body).await;
+                producer
+                    .partitioned_chunk(PARTITIONS, conv, "m", "openai-chat", seq as u64, body)
+                    .await;
             }
         }
         if let Some(body) = poison_stream.get(seq) {
-            publish_chunk(&js, &poison_conv, seq, body).await;
+            producer
+                .partitioned_chunk(
+                    PARTITIONS,
+                    &poison_conv,
+                    "m",
+                    "openai-chat",
+                    seq as u64,
+                    body,
+                )
+                .await;
         }
     }
 

@@ -37,8 +37,6 @@
 mod common;
 
 use async_nats::jetstream;
-use async_nats::HeaderMap;
-use chunk_model::wire::{headers, Subjects};
 use common::*;
 use serde_json::{json, Value};
 use std::process::Command;
@@ -73,36 +71,12 @@ fn flags(id: &str) -> Vec<String> {
     .to_vec()
 }
 
-fn convs_of(k: u32, n: usize, tag: &str) -> Vec<String> {
-    (0..100_000)
-        .map(|i| format!("{tag}-{i}"))
-        .filter(|c| Subjects::partition_of(PARTITIONS, c) == k)
-        .take(n)
-        .collect()
-}
-
 fn good_calls(conv: &str) -> Vec<Call> {
     vec![Call {
         id: format!("call_{conv}"),
         name: "lookup".to_string(),
         args: json!({"q": format!("query {conv}")}),
     }]
-}
-
-async fn publish_chunk(js: &jetstream::Context, conv: &str, seq: usize, body: &[u8]) {
-    let k = Subjects::partition_of(PARTITIONS, conv);
-    let mut h = HeaderMap::new();
-    h.insert(headers::PROVIDER, "openai-chat");
-    h.insert(headers::SEQ, seq.to_string().as_str());
-    js.publish_with_headers(
-        format!("toolstream.p.{k}.chunks.{conv}.m"),
-        h,
-        body.to_vec().into(),
-    )
-    .await
-    .unwrap()
-    .await
-    .expect("stored in the input stream");
 }
 
 /// The pid of the nats-server listening on `port` (started by this test through the testkit).
@@ -163,6 +137,7 @@ async fn poison_given_up_on() -> Setup {
     let server = NatsServer::start().expect("nats-server");
     let nats = client(&server.url()).await;
     let js = jetstream::new(nats.clone());
+    let producer = Producer::new(js.clone());
     let dir = tempfile::tempdir().unwrap();
     let env = [("TOOLSTREAM_FAILPOINT_ABORT_ON_BODY", MARKER)];
     let flags = flags("a");
@@ -179,7 +154,7 @@ async fn poison_given_up_on() -> Setup {
     assert!(w.terminate(), "clean stop\n{}", tail(&w.log(), 40));
 
     // the poison call first, then the good ones, all on partition 0
-    let poison_conv = convs_of(0, 1, "poison").remove(0);
+    let poison_conv = conversations_of(PARTITIONS, 0, 1, "poison").remove(0);
     let mut poison_stream = openai_chat_stream(&[Call {
         id: "call_p".to_string(),
         name: "exec".to_string(),
@@ -189,13 +164,24 @@ async fn poison_given_up_on() -> Setup {
     poison["system_fingerprint"] = MARKER.into();
     poison_stream.insert(2, serde_json::to_vec(&poison).unwrap());
     for (seq, body) in poison_stream.iter().enumerate() {
-        publish_chunk(&js, &poison_conv, seq, body).await;
+        producer
+            .partitioned_chunk(
+                PARTITIONS,
+                &poison_conv,
+                "m",
+                "openai-chat",
+                seq as u64,
+                body,
+            )
+            .await;
     }
-    let good = convs_of(0, GOOD, "good");
+    let good = conversations_of(PARTITIONS, 0, GOOD, "good");
     let mut published = 0;
     for conv in &good {
         for (seq, body) in openai_chat_stream(&good_calls(conv)).iter().enumerate() {
-            publish_chunk(&js, conv, seq, body).await;
+            producer
+                .partitioned_chunk(PARTITIONS, conv, "m", "openai-chat", seq as u64, body)
+                .await;
             published += 1;
         }
     }
@@ -321,6 +307,7 @@ async fn chunks_acknowledged_by_every_owner_are_not_suspects_after_two_sigkills(
     let server = NatsServer::start().expect("nats-server");
     let nats = client(&server.url()).await;
     let js = jetstream::new(nats.clone());
+    let producer = Producer::new(js.clone());
     let dir = tempfile::tempdir().unwrap();
     let mut flags = flags("a");
     let ttl = flags.iter().position(|f| f == "--lease-ttl").unwrap() + 1;
@@ -333,10 +320,12 @@ async fn chunks_acknowledged_by_every_owner_are_not_suspects_after_two_sigkills(
         assert!(Instant::now() < deadline, "owned\n{}", tail(&w.log(), 40));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let good = convs_of(0, 30, "good");
+    let good = conversations_of(PARTITIONS, 0, 30, "good");
     for conv in &good {
         for (seq, body) in openai_chat_stream(&good_calls(conv)).iter().enumerate() {
-            publish_chunk(&js, conv, seq, body).await;
+            producer
+                .partitioned_chunk(PARTITIONS, conv, "m", "openai-chat", seq as u64, body)
+                .await;
         }
     }
     let mut events = StreamLog::new(&js, "TOOLSTREAM_EVENTS");

@@ -31,7 +31,7 @@ mod worker;
 
 pub use crate::wait::{eventually, eventually_async, POLL};
 pub use e2e::E2e;
-pub use producer::{spawn_paced_openai_streams, Producer};
+pub use producer::{conversations_of, spawn_paced_openai_streams, Producer};
 pub use read::{
     assert_each_event_once, by_message, check_message, completed_messages, message_key, Read,
     StreamLog,

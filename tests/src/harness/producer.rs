@@ -73,6 +73,28 @@ impl Producer {
             .await;
     }
 
+    /// Publishes chunk number `seq` of a message's stream straight to its partition's subject
+    /// (`<prefix>.p.<k>.chunks.<conv>.<msg>`, `k` of `partitions`), as the deploy mapping
+    /// would put it: for tests on a plain server without the mapping.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn partitioned_chunk(
+        &self,
+        partitions: u32,
+        conv: &str,
+        msg: &str,
+        provider: &str,
+        seq: u64,
+        body: &[u8],
+    ) {
+        let mut h = HeaderMap::new();
+        h.insert(headers::PROVIDER, provider);
+        h.insert(headers::SEQ, seq.to_string().as_str());
+        let k = Subjects::partition_of(partitions, conv);
+        let subject = format!("{}.p.{k}.chunks.{conv}.{msg}", self.prefix);
+        self.publish(&subject, h, &format!("{conv}:{msg}:{seq}"), body)
+            .await;
+    }
+
     /// Publishes a whole OpenAI chat stream carrying `calls` as message `msg`.
     pub async fn openai_stream(&self, conv: &str, msg: &str, calls: &[Call]) {
         for (seq, body) in openai_chat_stream(calls).iter().enumerate() {
@@ -123,5 +145,14 @@ pub fn spawn_paced_openai_streams(
                 }
             })
         })
+        .collect()
+}
+
+/// `n` conversation ids `<tag>-<i>` that partition `k` of `partitions` holds.
+pub fn conversations_of(partitions: u32, k: u32, n: usize, tag: &str) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{tag}-{i}"))
+        .filter(|c| Subjects::partition_of(partitions, c) == k)
+        .take(n)
         .collect()
 }
