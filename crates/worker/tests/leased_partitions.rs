@@ -391,8 +391,14 @@ fn takeovers(
             "partition {k}'s new owner started from a checkpoint\n{}",
             fleet.logs()
         );
+        // what the poison note made of the earlier owner's unacked inputs (reported, not
+        // asserted): the group applied in batches, the isolated ones alone
+        let noted = log_lines(fleet, by, "never acked", |l| {
+            l.contains("delivered and never acked") && l.contains(&of_k) && newer(l, "epoch=")
+        });
         lines.extend(caught_up);
         lines.extend(restored);
+        lines.extend(noted);
     }
     lines
 }
