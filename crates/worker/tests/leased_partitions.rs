@@ -354,6 +354,21 @@ fn log_lines(fleet: &Fleet, by: &[usize], after: &str, keep: impl Fn(&str) -> bo
         .collect()
 }
 
+/// Whether one of the workers `by` logged partition `k` caught up under an epoch newer than
+/// `after_epoch`.
+fn caught_up_after(fleet: &Fleet, by: &[usize], k: u32, after_epoch: u64) -> bool {
+    let of_k = format!("partition={k} ");
+    !log_lines(fleet, by, "caught up", |l| {
+        l.contains("partition caught up")
+            && l.contains(&of_k)
+            && l.split_whitespace()
+                .find_map(|t| t.strip_prefix("epoch="))
+                .and_then(|e| e.parse::<u64>().ok())
+                .is_some_and(|e| e > after_epoch)
+    })
+    .is_empty()
+}
+
 /// The takeovers of `moved` partitions the workers `by` logged: their "partition caught up"
 /// lines (time from the lease to every input of the partition delivered) and, with
 /// `from_checkpoint`, their "restored the partition's checkpoint" lines. Asserts they exist for
@@ -501,8 +516,18 @@ async fn a_worker_paused_past_its_lease_publishes_nothing_after_its_partitions_m
         "partitions {paused:?} of the paused w1 moved: {after:?}, {:.1?} after SIGSTOP",
         stopped.elapsed()
     );
-    // w1 comes back after its lease moved: it must not publish or ack for them any more.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // w1 comes back after its lease moved and the new owners rebuilt its partitions (under
+    // load that takes longer than a fixed pause: resumed earlier, w1 rejoins and is handed
+    // its partitions back before they are caught up): it must not publish or ack for them
+    // any more.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !paused
+        .iter()
+        .all(|k| caught_up_after(&fleet, &[0, 2], *k, newest))
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert!(fleet.workers[1].resume(), "SIGCONT");
     run.finish_and_check(&fleet).await;
     eprintln!(
