@@ -29,7 +29,6 @@ use chunk_model::Provider;
 use std::collections::VecDeque;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use toolstream_testkit::openai;
 
 const CONVERSATIONS: usize = 200;
 const CHUNKS: usize = 100;
@@ -59,53 +58,25 @@ struct Chunk {
     role: Role,
 }
 
-/// One message as the harness's `streams::openai_chat(conv, msg, 2, 100)` makes it.
+/// One message as the harness makes it (`toolstream_throughput::streams::openai_chat`), each
+/// chunk with its role: the role chunk and the call starts open, the `finish_reason` chunk
+/// ends the calls, `[DONE]` the message.
 fn message(conv: usize, msg: usize) -> Vec<(Vec<u8>, Role)> {
-    let fragments = CHUNKS - CALLS - 3;
-    let mut out = vec![(openai::role_chunk(), Role::Opening)];
-    for i in 0..CALLS as u32 {
-        out.push((
-            openai::call_start(i, &format!("call_{conv}x{msg}x{i}"), "search_documents"),
-            Role::Opening,
-        ));
-    }
-    let pieces: Vec<Vec<String>> = (0..CALLS)
-        .map(|i| {
-            let n = fragments / CALLS + usize::from(i < fragments % CALLS);
-            split(&arguments(conv, i, n), n)
+    let stream = toolstream_throughput::streams::openai_chat(conv, msg, CALLS, CHUNKS);
+    let last = stream.chunks.len() - 1;
+    stream
+        .chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let role = match i {
+                i if i <= CALLS => Role::Opening,
+                i if i == stream.finish_index => Role::CallEnd,
+                i if i == last => Role::MessageEnd,
+                _ => Role::Fragment,
+            };
+            (body, role)
         })
-        .collect();
-    let longest = pieces.iter().map(Vec::len).max().unwrap_or(0);
-    for round in 0..longest {
-        for (i, call) in (0u32..).zip(&pieces) {
-            if let Some(piece) = call.get(round) {
-                out.push((openai::args_chunk(i, piece), Role::Fragment));
-            }
-        }
-    }
-    out.push((openai::finish_chunk("tool_calls"), Role::CallEnd));
-    out.push((openai::DONE.to_vec(), Role::MessageEnd));
-    out
-}
-
-fn arguments(conv: usize, call: usize, fragments: usize) -> String {
-    let head = format!("{{\"query\":\"conversation {conv} call {call}\",\"filter\":\"");
-    let tail = "\",\"limit\":10}";
-    let want = (fragments * 8)
-        .saturating_sub(head.len() + tail.len())
-        .max(1);
-    let filler: String = "lorem ipsum dolor sit amet "
-        .chars()
-        .cycle()
-        .take(want)
-        .collect();
-    format!("{head}{filler}{tail}")
-}
-
-fn split(text: &str, n: usize) -> Vec<String> {
-    let len = text.len();
-    (0..n)
-        .map(|i| text[i * len / n..(i + 1) * len / n].to_string())
         .collect()
 }
 
