@@ -1,16 +1,22 @@
 //! sled [`Storage`]: every keyspace lives in ONE sled tree under a one-byte prefix, behind a
-//! write-back buffer.
+//! write-back buffer that a flush makes durable as a log record.
 //!
 //! - `commit` puts the set's writes into an in-memory buffer (under one lock, so it is atomic
-//!   to every reader); reads look in the buffer first, then in sled.
-//! - `flush` applies the whole buffer to sled as ONE `Tree::apply_batch` (sled seals a batch
-//!   in its log as a unit, so after a crash either all of it is there or none) and then
-//!   fsyncs (`Db::flush`). A crash therefore loses exactly the commits made since the last
-//!   flush — a suffix, never part of a commit — which is the storage contract.
+//!   to every reader); reads look in the buffer first, then in sled's keyspaces.
+//! - `flush` writes what changed since the last flush as ONE **flush-log record** (a few sled
+//!   values under the log prefix [`LOG_PREFIX`], outside every keyspace, in one
+//!   `Tree::apply_batch`) and fsyncs (`Db::flush`). The buffer keeps its writes.
+//! - Every [`MATERIALIZE_FLUSHES`] flushes, or once the buffer holds [`MATERIALIZE_BYTES`], the
+//!   flush instead **materializes**: it applies the whole buffer to the keyspaces and deletes
+//!   the log records, as ONE `Tree::apply_batch` (sled seals a batch in its log as a unit), then
+//!   fsyncs, and empties the buffer.
+//! - `open` replays the log records still in sled into the buffer, in order: the state after a
+//!   crash is the keyspaces plus the records, i.e. every flushed commit. A crash therefore loses
+//!   exactly the commits made since the last flush (a suffix, never part of a commit), which is
+//!   the storage contract.
 //! - If the buffer grows past [`SPILL_WRITES`] writes or [`SPILL_BYTES`] bytes between
-//!   flushes (a caller that flushes rarely, or a batch of large chunks), it is applied to sled
-//!   early, still as one batch of whole commits, not fsynced: the buffer's memory is bounded
-//!   whatever producers send.
+//!   flushes (a caller that flushes rarely, or a batch of large chunks), it is materialized
+//!   early, not fsynced: the buffer's memory is bounded whatever producers send.
 //! - sled's page cache is bounded by [`crate::Config::storage_cache_bytes`] (sled's own
 //!   default, 1 GiB, would let stored argument text fill the process's memory).
 //!
@@ -18,17 +24,23 @@
 //!   under the first piece's key (readers concatenate a call's pieces in key order, and
 //!   appends continue at the call's piece count, so gaps in piece numbers are harmless), and
 //!   appended to the call's last piece already in sled when that one is at most
-//!   [`EXTEND_STORED_MAX`] bytes: a call streamed over many flushes keeps one key.
+//!   [`EXTEND_STORED_MAX`] bytes: a call streamed over many flushes keeps one key. A piece
+//!   appended to in the buffer is logged as the appended bytes, not again whole.
 //!
-//! Why: measured on this machine, one sled transaction (or batch) per applied chunk cost
-//! ~33 µs and made each group-commit flush ~10 ms (sled writing every intermediate state),
-//! capping durable apply near 10,000 chunks/s. With the buffer, the many rewrites of a
-//! stream's state within a batch collapse into one sled write per key.
+//! Why: sled's cost is per key written (each insert clones the key's leaf and logs a
+//! fragment; ~12 k instructions), and with many interleaved streams every flush rewrote each
+//! stream's state, message state, argument piece and fingerprint group: four sled inserts
+//! per chunk. A log record is one insert per flush, and materializing every
+//! [`MATERIALIZE_FLUSHES`] flushes collapses a stream's rewrites over all of them into one
+//! sled write per key (`benches/examples/completion_cost.rs`, README "Benchmarks"). Earlier,
+//! one sled transaction per applied chunk had cost ~33 µs: the buffer came first, the log
+//! second.
 
 use super::{Pair, Space, Storage, Write, WriteSet};
 use crate::error::{BackendErrorKind, StoreError};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Name of the sled tree that holds every keyspace.
@@ -37,13 +49,33 @@ const TREE: &str = "toolstream_v1";
 /// Buffered writes after which the buffer is applied to sled before a flush.
 pub const SPILL_WRITES: usize = 262_144;
 
-/// Buffered bytes (keys and values, counted as written) after which the buffer is applied to
-/// sled before a flush.
+/// Buffered bytes (keys and values held) after which the buffer is materialized before a
+/// flush.
 pub const SPILL_BYTES: usize = 32 * 1024 * 1024;
 
 /// Largest stored argument piece a flush rewrites to append a call's new pieces to it
 /// (larger ones get a new key: a long argument is not copied again at every flush).
 pub const EXTEND_STORED_MAX: usize = 4096;
+
+/// Key prefix of the flush log: a byte after every [`Space`]'s, so no keyspace read sees it.
+/// A record's parts are keyed `LOG_PREFIX · record (u64 BE) · part (u32 BE)`.
+pub const LOG_PREFIX: u8 = 0xFE;
+
+/// Flushes logged between two materializations (see the module docs).
+pub const MATERIALIZE_FLUSHES: u32 = 32;
+
+/// Buffered bytes at which the next flush materializes (see the module docs): with the log
+/// records in sled's page cache, what this layer holds in memory is about twice this.
+pub const MATERIALIZE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Bytes of one log value (a record larger than this is split into parts, all written in the
+/// record's one batch; one entry larger than this gets a part of its own).
+const LOG_PART_BYTES: usize = 64 * 1024;
+
+/// Log entry tags: the key is set to a value, deleted, or its buffered value grew.
+const TAG_PUT: u8 = 0;
+const TAG_DELETE: u8 = 1;
+const TAG_APPEND: u8 = 2;
 
 /// sled's page cache when no size is given (as [`crate::Config::storage_cache_bytes`]).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
@@ -57,13 +89,67 @@ pub struct SledStorage {
     db: sled::Db,
     tree: sled::Tree,
     buffer: Mutex<Buffered>,
+    /// Set by [`SledStorage::discard_unflushed`]: the drop writes nothing, like a crash.
+    crashed: AtomicBool,
 }
 
-/// The write-back buffer and the bytes written into it since it was last applied.
+/// The write-back buffer, the bytes written into it since it was last materialized, and what
+/// the next log record must hold.
 #[derive(Debug, Default)]
 struct Buffered {
     writes: Buffer,
     bytes: usize,
+    /// Keys changed since the last flush, and how each is logged.
+    since_flush: BTreeMap<Vec<u8>, Change>,
+    /// Keys of the log parts in sled since the last materialization, oldest first.
+    log_keys: Vec<Vec<u8>>,
+    /// Number of the next log record.
+    next_record: u64,
+    /// Log records written since the last materialization.
+    records: u32,
+}
+
+/// How a key changed since the last flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Set or deleted: logged with its whole buffered value.
+    Whole,
+    /// Only appended to: logged as its buffered value from this offset on.
+    AppendedFrom(usize),
+}
+
+impl Buffered {
+    /// Notes that `key` was set or deleted.
+    fn changed(&mut self, key: &[u8]) {
+        match self.since_flush.get_mut(key) {
+            Some(c) => *c = Change::Whole,
+            None => {
+                self.since_flush.insert(key.to_vec(), Change::Whole);
+            }
+        }
+    }
+
+    /// Buffers `value` at `key`, keeping `bytes` equal to what the buffer holds.
+    fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let key_len = key.len();
+        let new_len = value.as_ref().map_or(0, Vec::len);
+        match self.writes.insert(key, value) {
+            Some(old) => {
+                let old_len = old.as_ref().map_or(0, Vec::len);
+                self.bytes = (self.bytes + new_len).saturating_sub(old_len);
+            }
+            None => self.bytes += key_len + new_len,
+        }
+    }
+
+    /// Empties the buffer and the log bookkeeping (after a materialization, or to rebuild).
+    fn clear(&mut self) {
+        self.writes.clear();
+        self.bytes = 0;
+        self.since_flush.clear();
+        self.log_keys.clear();
+        self.records = 0;
+    }
 }
 
 fn prefixed(space: Space, key: &[u8]) -> Vec<u8> {
@@ -178,11 +264,88 @@ impl SledStorage {
 
     fn with_db(db: sled::Db) -> Result<SledStorage, StoreError> {
         let tree = db.open_tree(TREE)?;
-        Ok(SledStorage {
+        let storage = SledStorage {
             db,
             tree,
             buffer: Mutex::new(Buffered::default()),
-        })
+            crashed: AtomicBool::new(false),
+        };
+        {
+            let mut buffer = storage.buffer();
+            storage.replay_log(&mut buffer)?;
+        }
+        Ok(storage)
+    }
+
+    /// Rebuilds the buffer from the flush-log records in sled, oldest first: afterwards it
+    /// holds every commit flushed since the last materialization (see the module docs).
+    fn replay_log(&self, buffer: &mut Buffered) -> Result<(), StoreError> {
+        buffer.clear();
+        let mut last = None;
+        for item in self.tree.scan_prefix([LOG_PREFIX]) {
+            let (key, part) = item?;
+            let record = key
+                .get(1..9)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(u64::from_be_bytes)
+                .filter(|_| key.len() == LOG_KEY_LEN)
+                .ok_or_else(|| corrupt_log("a log key of the wrong length"))?;
+            if last != Some(record) {
+                buffer.records += 1;
+                last = Some(record);
+            }
+            replay_part(buffer, &part)?;
+            buffer.log_keys.push(key.to_vec());
+        }
+        buffer.next_record = last.map_or(0, |r| r.saturating_add(1));
+        Ok(())
+    }
+
+    /// Writes what changed since the last flush as one log record (not yet fsynced).
+    fn write_log_record(&self, buffer: &mut Buffered) -> Result<(), StoreError> {
+        let record = buffer.next_record;
+        let mut batch = sled::Batch::default();
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        let mut part = Vec::new();
+        let mut seal = |part: &mut Vec<u8>, keys: &mut Vec<Vec<u8>>| {
+            let key = log_key(record, keys.len());
+            batch.insert(key.as_slice(), std::mem::take(part));
+            keys.push(key);
+        };
+        for (key, change) in &buffer.since_flush {
+            // every key changed since the last flush is buffered: a materialization empties both
+            let Some(entry) = buffer.writes.get(key) else {
+                continue;
+            };
+            match (change, entry) {
+                (_, None) => {
+                    part.push(TAG_DELETE);
+                    put_field(&mut part, key);
+                }
+                (Change::AppendedFrom(from), Some(value)) if *from <= value.len() => {
+                    part.push(TAG_APPEND);
+                    put_field(&mut part, key);
+                    put_field(&mut part, value.get(*from..).unwrap_or_default());
+                }
+                (_, Some(value)) => {
+                    part.push(TAG_PUT);
+                    put_field(&mut part, key);
+                    put_field(&mut part, value);
+                }
+            }
+            if part.len() >= LOG_PART_BYTES {
+                seal(&mut part, &mut keys);
+            }
+        }
+        if !part.is_empty() {
+            seal(&mut part, &mut keys);
+        }
+        self.tree.apply_batch(batch)?;
+        buffer.log_keys.extend(keys);
+        buffer.records += 1;
+        buffer.next_record = record.saturating_add(1);
+        buffer.since_flush.clear();
+        Ok(())
     }
 
     fn buffer(&self) -> MutexGuard<'_, Buffered> {
@@ -194,17 +357,20 @@ impl SledStorage {
         }
     }
 
-    /// Applies the buffer to sled as one atomic batch (not fsynced). The buffer is emptied
-    /// only once sled took the batch: on an error every commit stays buffered (readers still
-    /// see it, and the next flush tries again), so nothing the caller was told is committed
-    /// disappears.
-    fn apply_buffer(&self, buffer: &mut Buffered) -> Result<(), StoreError> {
-        if buffer.writes.is_empty() {
+    /// Materializes: applies the buffer to the keyspaces and deletes the log records, as one
+    /// atomic batch (not fsynced). The buffer is emptied only once sled took the batch: on an
+    /// error every commit stays buffered (readers still see it, and the next flush tries
+    /// again), so nothing the caller was told is committed disappears.
+    fn materialize(&self, buffer: &mut Buffered) -> Result<(), StoreError> {
+        if buffer.writes.is_empty() && buffer.log_keys.is_empty() {
             return Ok(());
         }
-        self.tree.apply_batch(self.batch_of(&buffer.writes)?)?;
-        buffer.writes.clear();
-        buffer.bytes = 0;
+        let mut batch = self.batch_of(&buffer.writes)?;
+        for key in &buffer.log_keys {
+            batch.remove(key.as_slice());
+        }
+        self.tree.apply_batch(batch)?;
+        buffer.clear();
         Ok(())
     }
 
@@ -352,7 +518,8 @@ impl SledStorage {
 }
 
 /// Appends an argument piece to the call's latest piece already in the buffer, if there is
-/// one; otherwise hands the value back to be inserted under its own key.
+/// one (noting the append for the next log record); otherwise hands the value back to be
+/// inserted under its own key.
 ///
 /// Same invariant as the merge in [`SledStorage::apply_buffer`]: readers concatenate a call's
 /// pieces in key order and tolerate gaps in piece numbers. Every piece in the buffer is newer
@@ -360,17 +527,31 @@ impl SledStorage {
 /// ones), so the buffer's last piece of the call is the end of its text. A tiny fragment then
 /// costs an append to a buffered value, not a new key: 1.7× less per byte from 1–4 byte
 /// fragments (`large_arguments` bench).
-fn append_to_buffered_piece(buffer: &mut Buffer, key: &[u8], value: Vec<u8>) -> Option<Vec<u8>> {
+fn append_to_buffered_piece(
+    buffered: &mut Buffered,
+    key: &[u8],
+    value: Vec<u8>,
+) -> Option<Vec<u8>> {
     let Some((prefix, n)) = piece_of(key) else {
         return Some(value);
     };
     if n == 0 {
         return Some(value);
     }
-    match buffer.range_mut(..key.to_vec()).next_back() {
+    let Buffered {
+        writes,
+        since_flush,
+        bytes,
+        ..
+    } = buffered;
+    match writes.range_mut(..key.to_vec()).next_back() {
         Some((last_key, Some(text)))
             if last_key.len() == key.len() && last_key.starts_with(prefix) =>
         {
+            if !since_flush.contains_key(last_key) {
+                since_flush.insert(last_key.clone(), Change::AppendedFrom(text.len()));
+            }
+            *bytes += value.len();
             text.extend_from_slice(&value);
             None
         }
@@ -378,13 +559,100 @@ fn append_to_buffered_piece(buffer: &mut Buffer, key: &[u8], value: Vec<u8>) -> 
     }
 }
 
+/// The key of part `part` of log record `record`.
+fn log_key(record: u64, part: usize) -> Vec<u8> {
+    let mut k = Vec::with_capacity(LOG_KEY_LEN);
+    k.push(LOG_PREFIX);
+    k.extend_from_slice(&record.to_be_bytes());
+    k.extend_from_slice(&u32::try_from(part).unwrap_or(u32::MAX).to_be_bytes());
+    k
+}
+
+/// Bytes of a log key: prefix, record, part.
+const LOG_KEY_LEN: usize = 1 + 8 + 4;
+
+/// Appends a length-prefixed field (u32 BE length) to a log part.
+fn put_field(out: &mut Vec<u8>, field: &[u8]) {
+    out.extend_from_slice(&u32::try_from(field.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(field);
+}
+
+/// Splits a length-prefixed field off the front of `bytes`.
+fn take_field(bytes: &[u8]) -> Result<(&[u8], &[u8]), StoreError> {
+    let len = bytes
+        .get(..4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_be_bytes)
+        .ok_or_else(|| corrupt_log("a cut field length"))? as usize;
+    let rest = bytes.get(4..).unwrap_or_default();
+    if rest.len() < len {
+        return Err(corrupt_log("a cut field"));
+    }
+    Ok(rest.split_at(len))
+}
+
+/// Applies one log part's entries to the buffer.
+fn replay_part(buffer: &mut Buffered, mut part: &[u8]) -> Result<(), StoreError> {
+    while let Some((&tag, rest)) = part.split_first() {
+        let (key, rest) = take_field(rest)?;
+        part = match tag {
+            TAG_DELETE => {
+                buffer.set(key.to_vec(), None);
+                rest
+            }
+            TAG_PUT => {
+                let (value, rest) = take_field(rest)?;
+                buffer.set(key.to_vec(), Some(value.to_vec()));
+                rest
+            }
+            TAG_APPEND => {
+                let (tail, rest) = take_field(rest)?;
+                match buffer.writes.get_mut(key) {
+                    Some(Some(value)) => value.extend_from_slice(tail),
+                    _ => return Err(corrupt_log("an append to a value the log does not hold")),
+                }
+                buffer.bytes += tail.len();
+                rest
+            }
+            _ => return Err(corrupt_log("an unknown entry tag")),
+        };
+    }
+    Ok(())
+}
+
+fn corrupt_log(detail: &str) -> StoreError {
+    StoreError::Corrupt {
+        space: "flush log",
+        detail: detail.to_string(),
+    }
+}
+
 impl SledStorage {
     /// Drops every commit made since the last flush, as a crash would (for tests that
     /// simulate a crash in-process: call this, then drop the store and reopen).
+    ///
+    /// Afterwards the storage holds what was flushed (the keyspaces and the log records, as a
+    /// reopen after a crash would read them), and dropping it writes nothing more, so the
+    /// reopen replays the log as after a real crash.
     pub fn discard_unflushed(&self) {
+        self.crashed.store(true, Ordering::SeqCst);
         let mut buffer = self.buffer();
-        buffer.writes.clear();
-        buffer.bytes = 0;
+        if let Err(e) = self.replay_log(&mut buffer) {
+            tracing::error!(error = %e, "replaying the flush log after a discard failed");
+            buffer.clear();
+        }
+    }
+
+    /// Applies every commit to the keyspaces now and deletes the log records (see the module
+    /// docs), then fsyncs. Flushes do this on their own every [`MATERIALIZE_FLUSHES`]; tests
+    /// call it to look at what sled holds.
+    pub fn materialize_now(&self) -> Result<(), StoreError> {
+        {
+            let mut buffer = self.buffer();
+            self.materialize(&mut buffer)?;
+        }
+        self.db.flush()?;
+        Ok(())
     }
 }
 
@@ -437,20 +705,20 @@ impl Storage for SledStorage {
             match w {
                 Write::Put(space, k, v) => {
                     let k = prefixed(space, &k);
-                    buffer.bytes += k.len() + v.len();
-                    if let Some(v) = append_to_buffered_piece(&mut buffer.writes, &k, v) {
-                        buffer.writes.insert(k, Some(v));
+                    if let Some(v) = append_to_buffered_piece(buffer, &k, v) {
+                        buffer.changed(&k);
+                        buffer.set(k, Some(v));
                     }
                 }
                 Write::Delete(space, k) => {
                     let k = prefixed(space, &k);
-                    buffer.bytes += k.len();
-                    buffer.writes.insert(k, None);
+                    buffer.changed(&k);
+                    buffer.set(k, None);
                 }
             }
         }
         if buffer.writes.len() >= SPILL_WRITES || buffer.bytes >= SPILL_BYTES {
-            self.apply_buffer(buffer)?;
+            self.materialize(buffer)?;
         }
         Ok(())
     }
@@ -463,8 +731,8 @@ impl Storage for SledStorage {
             None => self.tree.contains_key(&k)?,
         };
         if existed {
-            buffer.bytes += k.len();
-            buffer.writes.insert(k, None);
+            buffer.changed(&k);
+            buffer.set(k, None);
         }
         Ok(existed)
     }
@@ -472,17 +740,28 @@ impl Storage for SledStorage {
     fn flush(&self) -> Result<(), StoreError> {
         {
             let mut buffer = self.buffer();
-            self.apply_buffer(&mut buffer)?;
+            if !buffer.since_flush.is_empty() {
+                let due = buffer.records.saturating_add(1) >= MATERIALIZE_FLUSHES
+                    || buffer.bytes >= MATERIALIZE_BYTES;
+                match due {
+                    true => self.materialize(&mut buffer)?,
+                    false => self.write_log_record(&mut buffer)?,
+                }
+            }
         }
+        // (outside the lock: commits go on while sled fsyncs)
         self.db.flush()?;
         Ok(())
     }
 }
 
 impl Drop for SledStorage {
-    /// A clean drop keeps what was committed (a crash does not: that is what `flush` is for).
+    /// A clean drop keeps what was committed, materialized (a crash does not: that is what
+    /// `flush` is for); after [`SledStorage::discard_unflushed`] it writes nothing.
     fn drop(&mut self) {
-        let _ = self.flush();
+        if !self.crashed.load(Ordering::SeqCst) {
+            let _ = self.materialize_now();
+        }
     }
 }
 
@@ -549,16 +828,16 @@ mod tests {
     fn a_call_streamed_over_many_flushes_keeps_one_stored_key() {
         let s = SledStorage::temporary().unwrap();
         put(&s, 0, "ab");
-        s.flush().unwrap();
+        s.materialize_now().unwrap();
         for (n, t) in [(1, "c"), (2, "d"), (3, "e")] {
             put(&s, n, t);
-            s.flush().unwrap();
+            s.materialize_now().unwrap();
             assert_eq!(stored_args(&s), 1, "piece {n} extends the stored piece");
         }
         put(&s, 4, "f");
         put(&s, 5, "g");
         assert_eq!(text(&s), "abcdefg");
-        s.flush().unwrap();
+        s.materialize_now().unwrap();
         assert_eq!(stored_args(&s), 1);
         assert_eq!(text(&s), "abcdefg");
     }
@@ -567,9 +846,9 @@ mod tests {
     fn a_replace_of_a_stored_call_is_not_extended_and_later_pieces_are() {
         let s = SledStorage::temporary().unwrap();
         put(&s, 0, "old");
-        s.flush().unwrap();
+        s.materialize_now().unwrap();
         put(&s, 1, "-er");
-        s.flush().unwrap();
+        s.materialize_now().unwrap();
         let mut w = WriteSet::default();
         for n in 0..2 {
             w.delete(Space::Args, args_piece(MSG, 0, n));
@@ -577,10 +856,10 @@ mod tests {
         w.put(Space::Args, args_piece(MSG, 0, 0), b"new".to_vec());
         s.commit(w).unwrap();
         put(&s, 1, "!");
-        s.flush().unwrap();
+        s.materialize_now().unwrap();
         assert_eq!(text(&s), "new!");
         put(&s, 2, "?");
-        s.flush().unwrap();
+        s.materialize_now().unwrap();
         assert_eq!(text(&s), "new!?");
         assert_eq!(stored_args(&s), 1);
     }
@@ -590,16 +869,16 @@ mod tests {
         let s = SledStorage::temporary().unwrap();
         let long = "x".repeat(EXTEND_STORED_MAX + 1);
         put(&s, 0, &long);
-        s.flush().unwrap();
+        s.materialize_now().unwrap();
         put(&s, 1, "y");
-        s.flush().unwrap();
+        s.materialize_now().unwrap();
         assert_eq!(stored_args(&s), 2, "the long piece stays as it is");
         assert_eq!(text(&s), format!("{long}y"));
         // call 1's first stored piece follows call 0's last key: never appended to it
         let mut w = WriteSet::default();
         w.put(Space::Args, args_piece(MSG, 1, 3), b"z".to_vec());
         s.commit(w).unwrap();
-        s.flush().unwrap();
+        s.materialize_now().unwrap();
         assert_eq!(stored_args(&s), 3);
         assert_eq!(
             text(&s),
@@ -632,5 +911,299 @@ mod tests {
         assert_eq!(text(&s), "new!");
         s.flush().unwrap();
         assert_eq!(text(&s), "new!");
+    }
+
+    fn log_parts(s: &SledStorage) -> Vec<Vec<u8>> {
+        s.tree
+            .scan_prefix([LOG_PREFIX])
+            .values()
+            .map(|v| v.unwrap().to_vec())
+            .collect()
+    }
+
+    fn reopen(dir: &Path, s: SledStorage) -> SledStorage {
+        s.discard_unflushed();
+        drop(s);
+        for _ in 0..200 {
+            if let Ok(s) = SledStorage::open(dir) {
+                return s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("cannot reopen {}", dir.display());
+    }
+
+    fn put_kv(s: &SledStorage, space: Space, k: &str, v: &str) {
+        let mut w = WriteSet::default();
+        w.put(space, k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        s.commit(w).unwrap();
+    }
+
+    fn value(s: &SledStorage, space: Space, k: &str) -> Option<String> {
+        s.get(space, k.as_bytes())
+            .unwrap()
+            .map(|v| String::from_utf8(v).unwrap())
+    }
+
+    #[test]
+    fn a_flush_writes_one_log_record_and_a_crash_keeps_exactly_the_flushed_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStorage::open(dir.path()).unwrap();
+        put_kv(&s, Space::Streams, "a", "1");
+        put_kv(&s, Space::Messages, "b", "1");
+        s.flush().unwrap();
+        assert!(
+            s.tree.scan_prefix([Space::Streams as u8]).next().is_none(),
+            "a flush writes the log, not the keyspaces"
+        );
+        assert_eq!(log_parts(&s).len(), 1, "one record, one part");
+        put_kv(&s, Space::Streams, "a", "2");
+        let mut w = WriteSet::default();
+        w.delete(Space::Messages, b"b".to_vec());
+        s.commit(w).unwrap();
+        s.flush().unwrap();
+        put_kv(&s, Space::Streams, "a", "3 (never flushed)");
+        put_kv(&s, Space::Streams, "c", "never flushed");
+        let s = reopen(dir.path(), s);
+        assert_eq!(value(&s, Space::Streams, "a").as_deref(), Some("2"));
+        assert_eq!(
+            value(&s, Space::Messages, "b"),
+            None,
+            "the logged delete holds"
+        );
+        assert_eq!(value(&s, Space::Streams, "c"), None);
+        // and the replayed state goes on: flushed again, materialized, reopened
+        put_kv(&s, Space::Streams, "c", "3");
+        s.flush().unwrap();
+        s.materialize_now().unwrap();
+        assert!(
+            log_parts(&s).is_empty(),
+            "a materialization deletes the records"
+        );
+        let s = reopen(dir.path(), s);
+        assert_eq!(value(&s, Space::Streams, "a").as_deref(), Some("2"));
+        assert_eq!(value(&s, Space::Streams, "c").as_deref(), Some("3"));
+        assert_eq!(s.count(Space::Streams).unwrap(), 2);
+    }
+
+    #[test]
+    fn an_argument_appended_over_many_flushes_is_logged_as_its_new_bytes_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStorage::open(dir.path()).unwrap();
+        let first = "x".repeat(10_000);
+        put(&s, 0, &first);
+        s.flush().unwrap();
+        for n in 1..=5 {
+            put(&s, n, "y");
+            s.flush().unwrap();
+        }
+        let parts = log_parts(&s);
+        assert_eq!(parts.len(), 6);
+        for later in &parts[1..] {
+            assert!(
+                later.len() < 100,
+                "an append logs its tail: {} bytes",
+                later.len()
+            );
+        }
+        put(&s, 6, "never flushed");
+        let s = reopen(dir.path(), s);
+        assert_eq!(text(&s), format!("{first}yyyyy"));
+        put(&s, 6, "z");
+        s.flush().unwrap();
+        let s = reopen(dir.path(), s);
+        assert_eq!(text(&s), format!("{first}yyyyyz"));
+    }
+
+    #[test]
+    fn every_materialize_flushes_flush_applies_the_buffer_and_empties_the_log() {
+        let s = SledStorage::temporary().unwrap();
+        for i in 0..MATERIALIZE_FLUSHES {
+            put_kv(&s, Space::Streams, "k", &i.to_string());
+            s.flush().unwrap();
+            let logged = log_parts(&s).len() as u32;
+            match i + 1 == MATERIALIZE_FLUSHES {
+                true => assert_eq!(logged, 0, "flush {i} materializes"),
+                false => assert_eq!(logged, i + 1, "flush {i} logs"),
+            }
+        }
+        let last = (MATERIALIZE_FLUSHES - 1).to_string();
+        assert_eq!(
+            s.tree.get([Space::Streams as u8, b'k']).unwrap().as_deref(),
+            Some(last.as_bytes())
+        );
+        assert!(s.buffer().writes.is_empty());
+    }
+
+    #[test]
+    fn a_large_buffer_materializes_at_the_next_flush() {
+        let s = SledStorage::temporary().unwrap();
+        let big = "v".repeat(MATERIALIZE_BYTES / 4 + 1);
+        for k in ["a", "b", "c", "d"] {
+            put_kv(&s, Space::Messages, k, &big);
+        }
+        s.flush().unwrap();
+        assert!(log_parts(&s).is_empty());
+        assert_eq!(s.tree.scan_prefix([Space::Messages as u8]).count(), 4);
+        assert_eq!(
+            value(&s, Space::Messages, "d").as_deref(),
+            Some(big.as_str())
+        );
+    }
+
+    #[test]
+    fn a_corrupt_log_record_refuses_to_open_instead_of_losing_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStorage::open(dir.path()).unwrap();
+        put_kv(&s, Space::Streams, "a", "1");
+        s.flush().unwrap();
+        let key = s
+            .tree
+            .scan_prefix([LOG_PREFIX])
+            .keys()
+            .next()
+            .unwrap()
+            .unwrap();
+        s.tree
+            .insert(key, &[TAG_PUT, 0, 0, 0, 9, b'a'][..])
+            .unwrap();
+        s.db.flush().unwrap();
+        s.discard_unflushed();
+        drop(s);
+        let err = loop {
+            match SledStorage::open(dir.path()) {
+                Err(StoreError::Corrupt { space, detail }) => break (space, detail),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                Ok(_) => panic!("a cut log record opened"),
+            }
+        };
+        assert_eq!(err.0, "flush log");
+    }
+
+    /// One step of [`the_flush_log_keeps_what_was_flushed_through_crashes_and_materializations`].
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(u8, u8),
+        Delete(u8),
+        Piece(u8, u8),
+        Replace(u8),
+        Flush,
+        Materialize,
+        Crash,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u8..6, any::<u8>()).prop_map(|(k, v)| Op::Put(k, v)),
+            1 => (0u8..6).prop_map(Op::Delete),
+            4 => (0u8..3, any::<u8>()).prop_map(|(c, v)| Op::Piece(c, v)),
+            1 => (0u8..3).prop_map(Op::Replace),
+            3 => Just(Op::Flush),
+            1 => Just(Op::Materialize),
+            1 => Just(Op::Crash),
+        ]
+    }
+
+    /// What the storage reads: plain keys and each call's text.
+    type Model = (BTreeMap<u8, u8>, BTreeMap<u8, Vec<u8>>);
+
+    fn read(s: &SledStorage) -> Model {
+        let plain = s
+            .scan_prefix(Space::Streams, b"")
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k[0], v[0]))
+            .collect();
+        let mut calls: BTreeMap<u8, Vec<u8>> = BTreeMap::new();
+        for c in 0..3u8 {
+            let text: Vec<u8> = s
+                .scan_prefix(Space::Args, &crate::keys::args_prefix(MSG, u32::from(c)))
+                .unwrap()
+                .into_iter()
+                .flat_map(|(_, v)| v)
+                .collect();
+            if !text.is_empty() {
+                calls.insert(c, text);
+            }
+        }
+        (plain, calls)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// Puts, deletes, argument appends and replaces, with flushes, materializations and
+        /// crashes in between: after every crash the storage reads exactly what the last flush
+        /// before it held; a materialization changes nothing a reader sees.
+        #[test]
+        fn the_flush_log_keeps_what_was_flushed_through_crashes_and_materializations(
+            ops in proptest::collection::vec(op(), 1..120)
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = SledStorage::open(dir.path()).unwrap();
+            let mut live: Model = Default::default();
+            let mut flushed: Model = Default::default();
+            // next piece number per call (piece numbers only grow until a replace)
+            let mut next = [0u32; 3];
+            for op in ops {
+                match op {
+                    Op::Put(k, v) => {
+                        let mut w = WriteSet::default();
+                        w.put(Space::Streams, vec![k], vec![v]);
+                        s.commit(w).unwrap();
+                        live.0.insert(k, v);
+                    }
+                    Op::Delete(k) => {
+                        let mut w = WriteSet::default();
+                        w.delete(Space::Streams, vec![k]);
+                        s.commit(w).unwrap();
+                        live.0.remove(&k);
+                    }
+                    Op::Piece(c, v) => {
+                        let n = next[usize::from(c)];
+                        let mut w = WriteSet::default();
+                        w.put(Space::Args, args_piece(MSG, u32::from(c), n), vec![v; 3]);
+                        s.commit(w).unwrap();
+                        next[usize::from(c)] = n + 1;
+                        live.1.entry(c).or_default().extend([v; 3]);
+                    }
+                    Op::Replace(c) => {
+                        let mut w = WriteSet::default();
+                        for n in 0..next[usize::from(c)] {
+                            w.delete(Space::Args, args_piece(MSG, u32::from(c), n));
+                        }
+                        w.put(Space::Args, args_piece(MSG, u32::from(c), 0), b"R".to_vec());
+                        s.commit(w).unwrap();
+                        next[usize::from(c)] = 1;
+                        live.1.insert(c, b"R".to_vec());
+                    }
+                    Op::Flush => {
+                        s.flush().unwrap();
+                        flushed = live.clone();
+                    }
+                    Op::Materialize => {
+                        s.materialize_now().unwrap();
+                        flushed = live.clone();
+                    }
+                    Op::Crash => {
+                        s = reopen(dir.path(), s);
+                        live = flushed.clone();
+                        // the piece count a store reads back: the stored pieces' last number + 1
+                        for c in 0..3u8 {
+                            next[usize::from(c)] = s
+                                .scan_prefix(Space::Args, &crate::keys::args_prefix(MSG, u32::from(c)))
+                                .unwrap()
+                                .last()
+                                .map_or(0, |(k, _)| {
+                                    let n: [u8; 4] = k[k.len() - 4..].try_into().unwrap();
+                                    u32::from_be_bytes(n) + 1
+                                })
+                                .max(next[usize::from(c)]);
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(read(&s), live.clone());
+            }
+        }
     }
 }
