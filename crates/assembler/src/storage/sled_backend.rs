@@ -64,8 +64,9 @@ pub const LOG_PREFIX: u8 = 0xFE;
 /// Flushes logged between two materializations (see the module docs).
 pub const MATERIALIZE_FLUSHES: u32 = 32;
 
-/// Buffered bytes at which the next flush materializes (see the module docs): with the log
-/// records in sled's page cache, what this layer holds in memory is about twice this.
+/// Bytes at which the next flush materializes (see the module docs), of the buffer or of the
+/// log records since the last materialization, whichever reaches it first (a key rewritten
+/// whole at every flush is in every record: the records can outgrow the buffer many times).
 pub const MATERIALIZE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Bytes of one log value (a record larger than this is split into parts, all written in the
@@ -79,7 +80,8 @@ const LOG_PART_BYTES: usize = 7 * 1024;
 const TAG_PUT: u8 = 0;
 const TAG_DELETE: u8 = 1;
 const TAG_APPEND: u8 = 2;
-/// The key's value went to its keyspace in the record's own batch: drop it from the buffer.
+/// Drop the key from the buffer: its value went to its keyspace in the record's own batch,
+/// or it was deleted while only the buffer held it.
 const TAG_FORGET: u8 = 3;
 
 /// An argument piece at least this long is written to its keyspace by the flush itself, in
@@ -122,6 +124,8 @@ struct Buffered {
     next_record: u64,
     /// Log records written since the last materialization.
     records: u32,
+    /// Bytes of those records.
+    log_bytes: usize,
 }
 
 /// How a key changed since the last flush.
@@ -131,6 +135,9 @@ enum Change {
     Whole,
     /// Only appended to: logged as its buffered value from this offset on.
     AppendedFrom(usize),
+    /// Deleted while its value was only in the buffer: dropped from the buffer instead of
+    /// kept as a tombstone, and logged as [`TAG_FORGET`].
+    Forgotten,
 }
 
 impl Buffered {
@@ -172,6 +179,7 @@ impl Buffered {
         self.since_flush.clear();
         self.log_keys.clear();
         self.records = 0;
+        self.log_bytes = 0;
     }
 }
 
@@ -318,6 +326,7 @@ impl SledStorage {
                 last = Some(record);
             }
             replay_part(buffer, &part)?;
+            buffer.log_bytes += part.len();
             buffer.log_keys.push(key.to_vec());
         }
         buffer.next_record = last.map_or(0, |r| r.saturating_add(1));
@@ -330,14 +339,22 @@ impl SledStorage {
         let mut batch = sled::Batch::default();
         let mut keys: Vec<Vec<u8>> = Vec::new();
         let mut part = Vec::new();
-        let seal = |batch: &mut sled::Batch, part: &mut Vec<u8>, keys: &mut Vec<Vec<u8>>| {
+        let mut logged = 0;
+        let mut seal = |batch: &mut sled::Batch, part: &mut Vec<u8>, keys: &mut Vec<Vec<u8>>| {
+            logged += part.len();
             let key = log_key(record, keys.len());
             batch.insert(key.as_slice(), std::mem::take(part));
             keys.push(key);
         };
         let mut direct = Vec::new();
         for (key, change) in &buffer.since_flush {
-            // every key changed since the last flush is buffered: a materialization empties both
+            if *change == Change::Forgotten {
+                part.push(TAG_FORGET);
+                put_field(&mut part, key);
+                continue;
+            }
+            // every other key changed since the last flush is buffered: a materialization
+            // empties both
             let Some(entry) = buffer.writes.get(key) else {
                 continue;
             };
@@ -377,6 +394,7 @@ impl SledStorage {
             buffer.forget(&key);
         }
         buffer.log_keys.extend(keys);
+        buffer.log_bytes += logged;
         buffer.records += 1;
         buffer.next_record = record.saturating_add(1);
         buffer.since_flush.clear();
@@ -390,6 +408,24 @@ impl SledStorage {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         }
+    }
+
+    /// Buffers the deletion of `key`. A key whose value only the buffer holds (put since the
+    /// last materialization, not in sled) is dropped from the buffer instead of kept as a
+    /// tombstone: every outbox row the relay deletes, say, would otherwise stay in the buffer
+    /// until the next materialization, and every scan of its keyspace (the relay's peek)
+    /// would walk past all of them.
+    fn delete(&self, buffer: &mut Buffered, key: Vec<u8>) -> Result<(), StoreError> {
+        let only_buffered =
+            matches!(buffer.writes.get(&key), Some(Some(_))) && !self.tree.contains_key(&key)?;
+        if only_buffered {
+            buffer.forget(&key);
+            buffer.since_flush.insert(key, Change::Forgotten);
+        } else {
+            buffer.changed(&key);
+            buffer.set(key, None);
+        }
+        Ok(())
     }
 
     /// Materializes: applies the buffer to the keyspaces and deletes the log records (not
@@ -628,7 +664,7 @@ impl Batches {
 /// one (noting the append for the next log record); otherwise hands the value back to be
 /// inserted under its own key.
 ///
-/// Same invariant as the merge in [`SledStorage::apply_buffer`]: readers concatenate a call's
+/// Same invariant as the merge in [`SledStorage::batches_of`]: readers concatenate a call's
 /// pieces in key order and tolerate gaps in piece numbers. Every piece in the buffer is newer
 /// than every piece in sled (piece numbers only grow until a replace, which deletes the old
 /// ones), so the buffer's last piece of the call is the end of its text. A tiny fragment then
@@ -821,11 +857,7 @@ impl Storage for SledStorage {
                         buffer.set(k, Some(v));
                     }
                 }
-                Write::Delete(space, k) => {
-                    let k = prefixed(space, &k);
-                    buffer.changed(&k);
-                    buffer.set(k, None);
-                }
+                Write::Delete(space, k) => self.delete(buffer, prefixed(space, &k))?,
             }
         }
         if buffer.writes.len() >= SPILL_WRITES || buffer.bytes >= SPILL_BYTES {
@@ -842,10 +874,13 @@ impl Storage for SledStorage {
             None => self.tree.contains_key(&k)?,
         };
         if existed {
-            buffer.changed(&k);
-            buffer.set(k, None);
+            self.delete(&mut buffer, k)?;
         }
         Ok(existed)
+    }
+
+    fn settle(&self) -> Result<(), StoreError> {
+        self.materialize_now()
     }
 
     fn flush(&self) -> Result<(), StoreError> {
@@ -853,7 +888,7 @@ impl Storage for SledStorage {
             let mut buffer = self.buffer();
             if !buffer.since_flush.is_empty() {
                 let due = buffer.records.saturating_add(1) >= MATERIALIZE_FLUSHES
-                    || buffer.bytes >= MATERIALIZE_BYTES;
+                    || buffer.bytes.max(buffer.log_bytes) >= MATERIALIZE_BYTES;
                 match due {
                     true => self.materialize(&mut buffer)?,
                     false => self.write_log_record(&mut buffer)?,
@@ -1191,6 +1226,81 @@ mod tests {
             "a rewrite of a leaf of log parts went to a blob file"
         );
         assert_eq!(value(&s, Space::Streams, "042").map(|v| v.len()), Some(302));
+    }
+
+    #[test]
+    fn a_key_put_and_deleted_between_materializations_leaves_no_tombstone() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStorage::open(dir.path()).unwrap();
+        put_kv(&s, Space::Outbox, "stored", "1");
+        s.materialize_now().unwrap();
+        put_kv(&s, Space::Outbox, "row", "1");
+        s.flush().unwrap();
+        let mut w = WriteSet::default();
+        w.delete(Space::Outbox, b"row".to_vec());
+        w.delete(Space::Outbox, b"stored".to_vec());
+        s.commit(w).unwrap();
+        let row = prefixed(Space::Outbox, b"row");
+        let stored = prefixed(Space::Outbox, b"stored");
+        assert_eq!(s.buffer().writes.get(&row), None, "only buffered: dropped");
+        assert_eq!(
+            s.buffer().writes.get(&stored),
+            Some(&None),
+            "in sled: a tombstone"
+        );
+        assert!(s.first_n(Space::Outbox, 10).unwrap().is_empty());
+        s.flush().unwrap();
+        let s = reopen(dir.path(), s);
+        assert!(
+            s.first_n(Space::Outbox, 10).unwrap().is_empty(),
+            "the replay drops it too"
+        );
+        assert_eq!(s.buffer().writes.get(&row), None);
+        assert!(s
+            .remove(Space::Outbox, b"row")
+            .is_ok_and(|existed| !existed));
+    }
+
+    #[test]
+    fn log_records_outgrowing_the_buffer_materialize_at_the_next_flush() {
+        let s = SledStorage::temporary().unwrap();
+        let state = "s".repeat(10_000);
+        // 100 states of 10 KB rewritten whole at every flush: a 1 MB buffer, 1 MB per record
+        let mut emptied = Vec::new();
+        for flush in 1..=12 {
+            for k in 0..100 {
+                put_kv(&s, Space::Streams, &format!("{k:03}"), &state);
+            }
+            let before: usize = log_parts(&s).iter().map(Vec::len).sum();
+            s.flush().unwrap();
+            let logged: usize = log_parts(&s).iter().map(Vec::len).sum();
+            match before >= MATERIALIZE_BYTES {
+                true => assert_eq!(logged, 0, "flush {flush} materializes"),
+                false => assert!(logged > before, "flush {flush} logs"),
+            }
+            if logged == 0 {
+                emptied.push(flush);
+            }
+            assert!(s.buffer().bytes < MATERIALIZE_BYTES);
+        }
+        assert_eq!(emptied, [6, 12], "every 6th flush, far from the 32nd");
+    }
+
+    #[test]
+    fn a_settled_store_holds_everything_in_its_keyspaces() {
+        let s = SledStorage::temporary().unwrap();
+        put_kv(&s, Space::Streams, "k", "v");
+        s.flush().unwrap();
+        assert!(!log_parts(&s).is_empty());
+        s.settle().unwrap();
+        assert!(log_parts(&s).is_empty());
+        assert_eq!(
+            s.tree
+                .get(prefixed(Space::Streams, b"k"))
+                .unwrap()
+                .as_deref(),
+            Some(&b"v"[..])
+        );
     }
 
     #[test]

@@ -204,6 +204,15 @@ impl Store {
         Ok(())
     }
 
+    /// [`Store::flush`], leaving nothing for the next open to replay ([`Storage::settle`]):
+    /// the last call of a clean stop.
+    pub fn flush_settled(&self) -> Result<(), StoreError> {
+        let mark = self.locked()?.outbox_next;
+        self.storage.settle()?;
+        self.durable_before.fetch_max(mark, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Up to `limit` *durable* outbox rows, oldest first. A row becomes visible here only
     /// after a [`Store::flush`] made it durable, so nothing is published that a crash could
     /// take back (a timeout event, say, that a late chunk would then contradict).

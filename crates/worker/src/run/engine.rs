@@ -454,8 +454,9 @@ impl Engine {
                 self.relay_stop.trigger();
                 let drained = self.relay.await.unwrap_or(Drained::Incomplete);
                 // The drain deleted published rows; make those deletions durable too, so a
-                // restart does not publish them again.
-                flush(&self.store, "flush after the outbox drain").await;
+                // restart does not publish them again. Settled, not only flushed: the store is
+                // left whole in its keyspaces, with no flush log to replay (README "Durability").
+                settle(&self.store).await;
                 drained
             }
             Stop::Revoked => {
@@ -758,6 +759,16 @@ pub(crate) async fn flush(store: &Arc<Store>, what: &'static str) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::error!(error = %e, "{what} failed"),
         Err(e) => tracing::error!(error = %e, "{what} task failed"),
+    }
+}
+
+/// [`flush`], settled ([`Store::flush_settled`]): the last write of a clean stop.
+async fn settle(store: &Arc<Store>) {
+    let store = Arc::clone(store);
+    match tokio::task::spawn_blocking(move || store.flush_settled()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "settling the store at exit failed"),
+        Err(e) => tracing::error!(error = %e, "settling the store at exit: task failed"),
     }
 }
 
