@@ -43,7 +43,7 @@
 //!     (cache and timer indexes, rebuilt from storage), [`store::records`].
 //! - [`storage`] — the storage seam with its written contract (what `commit` makes atomic,
 //!   what only `flush` makes durable); [`storage::sled_backend`] (one sled tree, a write-back
-//!   buffer that each flush logs as one record and every 32nd flush applies to the keyspaces
+//!   buffer that each flush logs as one record and every 64th flush applies to the keyspaces
 //!   as one atomic batch; maps sled's errors to [`StoreError`]) and
 //!   [`storage::memory`].
 //! - [`keys`] — byte keys whose order is the wanted order.

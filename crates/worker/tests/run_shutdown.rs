@@ -53,6 +53,17 @@ async fn sigterm_mid_run_drains_and_a_restart_finishes_everything_once() {
         events.poll().await;
         events.all.len()
     };
+    {
+        // a clean stop settles the store: nothing is left in the flush log for an older
+        // release to miss (README "Durability")
+        let store = assembler::storage::sled_backend::SledStorage::open(&dir.path().join("store"))
+            .expect("the store opens after a clean stop");
+        assert_eq!(
+            store.log_records(),
+            0,
+            "a clean stop leaves no flush-log record"
+        );
+    }
 
     for t in tasks {
         t.await.unwrap();

@@ -15,7 +15,7 @@
 //!
 //! Two implementations: [`sled_backend::SledStorage`] (every keyspace in one sled tree under a
 //! one-byte prefix; commits go to a write-back buffer that `flush` logs as one atomic sled
-//! batch, then `Db::flush`, and every 32nd flush applies to the keyspaces) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex, flush is
+//! batch, then `Db::flush`, and every 64th flush applies to the keyspaces) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex, flush is
 //! a no-op and nothing survives a drop) for tests.
 
 pub mod memory;

@@ -6,8 +6,8 @@
 //! - `flush` writes what changed since the last flush as ONE **flush-log record** (a few sled
 //!   values under the log prefix [`LOG_PREFIX`], outside every keyspace, in one
 //!   `Tree::apply_batch`) and fsyncs (`Db::flush`). The buffer keeps its writes.
-//! - Every [`MATERIALIZE_FLUSHES`] flushes, or once the buffer holds [`MATERIALIZE_BYTES`], the
-//!   flush instead **materializes**: it applies the whole buffer to the keyspaces and deletes
+//! - Every [`MATERIALIZE_FLUSHES`] flushes, or once the buffer holds [`MATERIALIZE_BYTES`] or
+//!   the records [`MATERIALIZE_LOG_BYTES`], the flush instead **materializes**: it applies the whole buffer to the keyspaces and deletes
 //!   the log records, as ONE `Tree::apply_batch` (sled seals a batch in its log as a unit), then
 //!   fsyncs, and empties the buffer.
 //! - `open` replays the log records still in sled into the buffer, in order: the state after a
@@ -62,12 +62,16 @@ pub const EXTEND_STORED_MAX: usize = 4096;
 pub const LOG_PREFIX: u8 = 0xFE;
 
 /// Flushes logged between two materializations (see the module docs).
-pub const MATERIALIZE_FLUSHES: u32 = 32;
+pub const MATERIALIZE_FLUSHES: u32 = 64;
 
-/// Bytes at which the next flush materializes (see the module docs), of the buffer or of the
-/// log records since the last materialization, whichever reaches it first (a key rewritten
-/// whole at every flush is in every record: the records can outgrow the buffer many times).
+/// Buffered bytes at which the next flush materializes (see the module docs).
 pub const MATERIALIZE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Bytes of log records since the last materialization at which the next flush materializes
+/// (a key rewritten whole at every flush is in every record, so the records outgrow the
+/// buffer). The records live in sled: on disk, in its bounded page cache, and replayed at
+/// open.
+pub const MATERIALIZE_LOG_BYTES: usize = 8 * 1024 * 1024;
 
 /// Bytes of one log value (a record larger than this is split into parts, all written in the
 /// record's one batch; one entry larger than this gets a part of its own). Under a quarter of
@@ -895,7 +899,8 @@ impl Storage for SledStorage {
             let mut buffer = self.buffer();
             if !buffer.since_flush.is_empty() {
                 let due = buffer.records.saturating_add(1) >= MATERIALIZE_FLUSHES
-                    || buffer.bytes.max(buffer.log_bytes) >= MATERIALIZE_BYTES;
+                    || buffer.bytes >= MATERIALIZE_BYTES
+                    || buffer.log_bytes >= MATERIALIZE_LOG_BYTES;
                 match due {
                     true => self.materialize(&mut buffer)?,
                     false => self.write_log_record(&mut buffer)?,
@@ -1248,14 +1253,14 @@ mod tests {
         let state = "s".repeat(10_000);
         // 100 states of 10 KB rewritten whole at every flush: a 1 MB buffer, 1 MB per record
         let mut emptied = Vec::new();
-        for flush in 1..=12 {
+        for flush in 1..=40 {
             for k in 0..100 {
                 put_kv(&s, Space::Streams, &format!("{k:03}"), &state);
             }
             let before: usize = log_parts(&s).iter().map(Vec::len).sum();
             s.flush().unwrap();
             let logged: usize = log_parts(&s).iter().map(Vec::len).sum();
-            match before >= MATERIALIZE_BYTES {
+            match before >= MATERIALIZE_LOG_BYTES {
                 true => assert_eq!(logged, 0, "flush {flush} materializes"),
                 false => assert!(logged > before, "flush {flush} logs"),
             }
@@ -1264,7 +1269,8 @@ mod tests {
             }
             assert!(s.buffer().bytes < MATERIALIZE_BYTES);
         }
-        assert_eq!(emptied, [6, 12], "every 6th flush, far from the 32nd");
+        // 8 MiB of records after 9 flushes of 1 MB: every 10th flush, not every 64th
+        assert_eq!(emptied, [10, 20, 30, 40]);
     }
 
     #[test]
