@@ -188,7 +188,7 @@ fn commits_racing_flushes_survive_crashes_as_a_prefix_that_holds_every_acked_one
             commit_step(&s, next_commit, &mut next_piece);
             done.store(next_commit, Ordering::SeqCst);
             next_commit += 1;
-            if next_commit % 8 == 0 {
+            if next_commit.is_multiple_of(8) {
                 std::thread::sleep(std::time::Duration::from_micros(300));
             }
         }

@@ -472,11 +472,8 @@ impl SledStorage {
             self.write_log_record(buffer)?;
         }
         let (batches, mut last) = self.batches_of(&buffer.writes, false)?;
-        for (_i, batch) in batches.into_iter().enumerate() {
-            #[cfg(test)]
-            if tests::STOP_BEFORE_BATCH.with(|s| s.get()) == Some(_i) {
-                return Err(corrupt_log("test: stopped between materialization batches"));
-            }
+        for (index, batch) in batches.into_iter().enumerate() {
+            stop_before_batch(index)?;
             self.tree.apply_batch(batch)?;
         }
         for key in &buffer.log_keys {
@@ -667,6 +664,17 @@ pub const DIRECT_FLUSHES: u32 = if cfg!(test) { 8 } else { 256 };
 /// Most buffered writes applied directly as one batch (a larger buffer goes through the log;
 /// see [`SledStorage::materialize`] for why batches are bounded).
 pub const DIRECT_APPLY_MAX: usize = 4096;
+
+/// In unit tests, fails a materialization before its batch `index` when a test asked for it
+/// (as a crash there would stop it); nothing otherwise.
+fn stop_before_batch(index: usize) -> Result<(), StoreError> {
+    #[cfg(test)]
+    if tests::STOP_BEFORE_BATCH.with(|s| s.get()) == Some(index) {
+        return Err(corrupt_log("test: stopped between materialization batches"));
+    }
+    let _ = index;
+    Ok(())
+}
 
 /// Writes applied to sled per batch when materializing (see [`SledStorage::materialize`]);
 /// a few in unit tests, so that they cross batch boundaries.
