@@ -96,9 +96,11 @@ const TAG_FORGET: u8 = 3;
 /// in 4 KiB fragments (`open_streams_memory open 2048 524288 4096`), logging the text took
 /// the peak from 179 to 283 MiB and the run from 41 to 63 s; written directly, 224 MiB and
 /// 27 s. Only argument pieces: readers join a call's pieces in key order, so a piece written
-/// early changes nothing they read. (The same as [`EXTEND_STORED_MAX`]: a piece this long
-/// would not be extended at materialization anyway.)
-pub const DIRECT_PIECE_BYTES: usize = 4 * 1024;
+/// early changes nothing they read. Strictly above [`EXTEND_STORED_MAX`]: a piece the flush
+/// wrote is never extended by a materialization (one of exactly 4,096 bytes was, after a
+/// replace, and the replaced call's old second piece, still in sled under the key of the
+/// new one, was read again: `flush_log_review_2.rs`).
+pub const DIRECT_PIECE_BYTES: usize = EXTEND_STORED_MAX + 1;
 
 /// sled's page cache when no size is given (as [`crate::Config::storage_cache_bytes`]).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
@@ -439,17 +441,18 @@ impl SledStorage {
     /// tombstone: every outbox row the relay deletes, say, would otherwise stay in the buffer
     /// until the next materialization, and every scan of its keyspace (the relay's peek)
     /// would walk past all of them.
-    fn delete(&self, buffer: &mut Buffered, key: Vec<u8>) -> Result<(), StoreError> {
-        let only_buffered =
-            matches!(buffer.writes.get(&key), Some(Some(_))) && !self.tree.contains_key(&key)?;
-        if only_buffered {
+    ///
+    /// `in_sled`: whether sled's keyspace holds `key`, read by the caller before it changed
+    /// the buffer at all, so that a failed read leaves the buffer as it was (a commit is
+    /// atomic).
+    fn delete(buffer: &mut Buffered, key: Vec<u8>, in_sled: bool) {
+        if !in_sled && matches!(buffer.writes.get(&key), Some(Some(_))) {
             buffer.forget(&key);
             buffer.since_flush.insert(key, Change::Forgotten);
         } else {
             buffer.changed(&key);
             buffer.set(key, None);
         }
-        Ok(())
     }
 
     /// Materializes: applies the buffer to the keyspaces and deletes the log records (not
@@ -518,12 +521,15 @@ impl SledStorage {
         // fragment. A run that continues a call already in sled is appended to the call's
         // last stored piece (see `stored_piece_to_extend`), so a call streamed over many
         // flushes keeps one key instead of one per flush.
-        // (key, last piece number, text, whether the key is a stored piece's)
-        let mut run: Option<(Vec<u8>, u32, Vec<u8>, bool)> = None;
+        // The buffered keys folded into a run under another key are removed from sled (they
+        // hold nothing there, unless a replace left an older piece under the same number,
+        // whose text would otherwise be read after the run's: `flush_log_review_2.rs`).
+        // (key, last piece number, text, whether the key is a stored piece's, folded keys)
+        let mut run: Option<(Vec<u8>, u32, Vec<u8>, bool, Vec<Vec<u8>>)> = None;
         let mut prev: Option<&[u8]> = None;
         for (k, v) in buffer.iter() {
             let piece = piece_of(k);
-            if let (Some((first_key, last, text, _)), Some((prefix, n)), Some(bytes)) =
+            if let (Some((first_key, last, text, _, folded)), Some((prefix, n)), Some(bytes)) =
                 (run.as_mut(), piece, v.as_ref())
             {
                 if first_key.len() == k.len()
@@ -532,12 +538,16 @@ impl SledStorage {
                 {
                     *last = n;
                     text.extend_from_slice(bytes);
+                    folded.push(k.clone());
                     prev = Some(k.as_slice());
                     continue;
                 }
             }
-            if let Some((key, _, text, stored)) = run.take() {
+            if let Some((key, _, text, stored, folded)) = run.take() {
                 batch.insert(key, text, stored);
+                for key in folded {
+                    batch.remove(key);
+                }
             }
             match (v, piece) {
                 (Some(v), Some((prefix, n))) => {
@@ -550,9 +560,9 @@ impl SledStorage {
                     run = Some(match stored {
                         Some((key, mut text)) => {
                             text.extend_from_slice(v);
-                            (key, n, text, true)
+                            (key, n, text, true, vec![k.clone()])
                         }
-                        None => (k.clone(), n, v.clone(), false),
+                        None => (k.clone(), n, v.clone(), false, Vec::new()),
                     });
                 }
                 (Some(v), None) => batch.insert(k.as_slice(), v.as_slice(), false),
@@ -560,8 +570,11 @@ impl SledStorage {
             }
             prev = Some(k.as_slice());
         }
-        if let Some((key, _, text, stored)) = run.take() {
+        if let Some((key, _, text, stored, folded)) = run.take() {
             batch.insert(key, text, stored);
+            for key in folded {
+                batch.remove(key);
+            }
         }
         Ok(batch.finish())
     }
@@ -928,6 +941,15 @@ impl Storage for SledStorage {
         }
         let mut guard = self.buffer();
         let buffer = &mut *guard;
+        // Every sled read the commit needs comes first: a failed read leaves the buffer as it
+        // was, so a commit is never half applied.
+        let mut in_sled = Vec::new();
+        for w in &set.writes {
+            if let Write::Delete(space, k) = w {
+                in_sled.push(self.tree.contains_key(prefixed(*space, k))?);
+            }
+        }
+        let mut in_sled = in_sled.into_iter();
         for w in set.writes {
             match w {
                 Write::Put(space, k, v) => {
@@ -937,7 +959,11 @@ impl Storage for SledStorage {
                         buffer.set(k, Some(v));
                     }
                 }
-                Write::Delete(space, k) => self.delete(buffer, prefixed(space, &k))?,
+                Write::Delete(space, k) => {
+                    // (one read per delete, in order; a tombstone if one were missing)
+                    let stored = in_sled.next().unwrap_or(true);
+                    SledStorage::delete(buffer, prefixed(space, &k), stored);
+                }
             }
         }
         if buffer.writes.len() >= SPILL_WRITES || buffer.bytes >= SPILL_BYTES {
@@ -949,12 +975,13 @@ impl Storage for SledStorage {
     fn remove(&self, space: Space, key: &[u8]) -> Result<bool, StoreError> {
         let k = prefixed(space, key);
         let mut buffer = self.buffer();
+        let in_sled = self.tree.contains_key(&k)?;
         let existed = match buffer.writes.get(&k) {
             Some(v) => v.is_some(),
-            None => self.tree.contains_key(&k)?,
+            None => in_sled,
         };
         if existed {
-            self.delete(&mut buffer, k)?;
+            SledStorage::delete(&mut buffer, k, in_sled);
         }
         Ok(existed)
     }
@@ -1267,7 +1294,7 @@ mod tests {
     fn a_long_piece_is_written_to_its_keyspace_by_the_flush_and_forgotten_by_the_buffer() {
         let dir = tempfile::tempdir().unwrap();
         let s = SledStorage::open(dir.path()).unwrap();
-        let half = "h".repeat(DIRECT_PIECE_BYTES / 2);
+        let half = "h".repeat(DIRECT_PIECE_BYTES.div_ceil(2));
         put(&s, 0, &half);
         s.flush().unwrap();
         assert_eq!(stored_args(&s), 0, "a short piece goes to the log");
@@ -1672,7 +1699,7 @@ mod tests {
                     }
                     Op::Piece(c, v) | Op::BigPiece(c, v) => {
                         let len = match op {
-                            Op::BigPiece(..) => DIRECT_PIECE_BYTES / 2,
+                            Op::BigPiece(..) => DIRECT_PIECE_BYTES.div_ceil(2),
                             _ => 3,
                         };
                         let n = next[usize::from(c)];
