@@ -524,8 +524,7 @@ impl SledStorage {
         // The buffered keys folded into a run under another key are removed from sled (they
         // hold nothing there, unless a replace left an older piece under the same number,
         // whose text would otherwise be read after the run's: `flush_log_review_2.rs`).
-        // (key, last piece number, text, whether the key is a stored piece's, folded keys)
-        let mut run: Option<(Vec<u8>, u32, Vec<u8>, bool, Vec<Vec<u8>>)> = None;
+        let mut run: Option<Run> = None;
         let mut prev: Option<&[u8]> = None;
         for (k, v) in buffer.iter() {
             let piece = piece_of(k);
@@ -692,6 +691,11 @@ fn stop_before_batch(index: usize) -> Result<(), StoreError> {
 /// Writes applied to sled per batch when materializing (see [`SledStorage::materialize`]);
 /// a few in unit tests, so that they cross batch boundaries.
 const MATERIALIZE_BATCH_WRITES: usize = if cfg!(test) { 3 } else { 512 };
+
+/// A run of argument pieces being joined by [`SledStorage::batches_of`]: the key written, the
+/// last piece number, the text, whether the key is a stored piece's (extended), and the
+/// buffered keys folded into it.
+type Run = (Vec<u8>, u32, Vec<u8>, bool, Vec<Vec<u8>>);
 
 /// A materialization's sled batches (see [`SledStorage::batches_of`]).
 #[derive(Default)]
