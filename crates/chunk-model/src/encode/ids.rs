@@ -49,8 +49,14 @@ impl IdRule {
         }
     }
 
-    /// Whether the target accepts `id` as it is.
+    /// Whether the target accepts `id` as it is. Never a blank id (empty or whitespace only):
+    /// every parser of ours reads one as no id at all (`parse_history` then makes up a
+    /// synthetic one), so sending it would not read back as the same history; a provider
+    /// that takes it has nothing to match a result by either.
     pub fn accepts(self, id: &str) -> bool {
+        if id.trim().is_empty() {
+            return false;
+        }
         match self {
             IdRule::MaxLen40 => {
                 let n = id.chars().count();
@@ -143,6 +149,27 @@ impl IdMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blank_id_is_replaced_for_every_rule_and_its_result_gets_the_same_id() {
+        for rule in [
+            IdRule::MaxLen40,
+            IdRule::Anthropic,
+            IdRule::Mistral9,
+            IdRule::Bedrock64,
+            IdRule::Free,
+        ] {
+            for blank in [" ", "\t", "  \n"] {
+                assert!(!rule.accepts(blank), "{rule:?} accepts {blank:?}");
+                let map = IdMap::build(rule, [(0, blank), (0, blank)]);
+                let id = map.get(0, blank);
+                assert!(
+                    !id.trim().is_empty() && rule.accepts(id),
+                    "{rule:?}: {id:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn hashed_candidates_satisfy_their_rule() {
