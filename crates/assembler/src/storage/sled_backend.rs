@@ -116,6 +116,9 @@ pub struct SledStorage {
     buffer: Mutex<Buffered>,
     /// Set by [`SledStorage::discard_unflushed`]: the drop writes nothing, like a crash.
     crashed: AtomicBool,
+    /// Whether anything was committed since the store was opened: a store only read (the
+    /// `inspect` command) is left as it was found, log records included.
+    wrote: AtomicBool,
 }
 
 /// The write-back buffer, the bytes written into it since it was last materialized, and what
@@ -326,6 +329,8 @@ impl SledStorage {
             tree,
             buffer: Mutex::new(Buffered::default()),
             crashed: AtomicBool::new(false),
+            // (so a store that fails to open is dropped unchanged too)
+            wrote: AtomicBool::new(false),
         };
         {
             let mut buffer = storage.buffer();
@@ -943,6 +948,7 @@ impl Storage for SledStorage {
         if set.is_empty() {
             return Ok(());
         }
+        self.wrote.store(true, Ordering::SeqCst);
         let mut guard = self.buffer();
         let buffer = &mut *guard;
         // Every sled read the commit needs comes first: a failed read leaves the buffer as it
@@ -978,6 +984,7 @@ impl Storage for SledStorage {
 
     fn remove(&self, space: Space, key: &[u8]) -> Result<bool, StoreError> {
         let k = prefixed(space, key);
+        self.wrote.store(true, Ordering::SeqCst);
         let mut buffer = self.buffer();
         let in_sled = self.tree.contains_key(&k)?;
         let existed = match buffer.writes.get(&k) {
@@ -1029,9 +1036,10 @@ impl Storage for SledStorage {
 
 impl Drop for SledStorage {
     /// A clean drop keeps what was committed, materialized (a crash does not: that is what
-    /// `flush` is for); after [`SledStorage::discard_unflushed`] it writes nothing.
+    /// `flush` is for); after [`SledStorage::discard_unflushed`], a failed open, or when
+    /// nothing was committed, it writes nothing.
     fn drop(&mut self) {
-        if !self.crashed.load(Ordering::SeqCst) {
+        if !self.crashed.load(Ordering::SeqCst) && self.wrote.load(Ordering::SeqCst) {
             let _ = self.materialize_now();
         }
     }
@@ -1537,11 +1545,13 @@ mod tests {
         let s = SledStorage::open(dir.path()).unwrap();
         put_kv(&s, Space::Streams, "a", "1");
         s.flush().unwrap();
+        put_kv(&s, Space::Streams, "b", "2");
+        s.flush().unwrap();
         let key = s
             .tree
             .scan_prefix([LOG_PREFIX])
             .keys()
-            .next()
+            .last()
             .unwrap()
             .unwrap();
         s.tree
@@ -1558,6 +1568,49 @@ mod tests {
             }
         };
         assert_eq!(err.0, "flush log");
+        // the failed open changed nothing: both records are there, nothing was applied
+        let (records, a) = raw(dir.path(), |tree| {
+            (
+                tree.scan_prefix([LOG_PREFIX]).count(),
+                tree.get(prefixed(Space::Streams, b"a")).unwrap(),
+            )
+        });
+        assert_eq!((records, a), (2, None));
+    }
+
+    /// Opens the directory with sled alone (as a release before the log would).
+    fn raw<T>(dir: &Path, f: impl FnOnce(&sled::Tree) -> T) -> T {
+        let db = loop {
+            match sled::Config::new().path(dir).open() {
+                Ok(db) => break db,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        };
+        f(&db.open_tree(TREE).unwrap())
+    }
+
+    #[test]
+    fn a_store_only_read_is_left_as_it_was_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStorage::open(dir.path()).unwrap();
+        put_kv(&s, Space::Streams, "a", "1");
+        s.flush().unwrap();
+        let s = reopen(dir.path(), s);
+        assert_eq!(value(&s, Space::Streams, "a").as_deref(), Some("1"));
+        drop(s); // read, never written: no materialization
+        let records = raw(dir.path(), |tree| tree.scan_prefix([LOG_PREFIX]).count());
+        assert_eq!(records, 1);
+        // one that writes is materialized when dropped
+        let s = SledStorage::open(dir.path()).unwrap();
+        put_kv(&s, Space::Streams, "b", "2");
+        drop(s);
+        let (records, a) = raw(dir.path(), |tree| {
+            (
+                tree.scan_prefix([LOG_PREFIX]).count(),
+                tree.get(prefixed(Space::Streams, b"a")).unwrap(),
+            )
+        });
+        assert_eq!((records, a.as_deref()), (0, Some(&b"1"[..])));
     }
 
     #[test]
