@@ -497,12 +497,11 @@ impl SledStorage {
     /// and the buffer is at most [`DIRECT_APPLY_MAX`] writes): how every flush worked before
     /// the log, for a load the log does not pay for (see [`DIRECT_FLUSHES`]).
     fn apply_directly(&self, buffer: &mut Buffered) -> Result<(), StoreError> {
-        let (batches, last) = self.batches_of(&buffer.writes, true)?;
-        debug_assert!(batches.len() <= 1);
+        // (with `single`, every write is in the one batch and the last is empty)
+        let (batches, _) = self.batches_of(&buffer.writes, true)?;
         for batch in batches {
             self.tree.apply_batch(batch)?;
         }
-        self.tree.apply_batch(last)?;
         buffer.clear();
         Ok(())
     }
@@ -952,11 +951,16 @@ impl Storage for SledStorage {
         let mut guard = self.buffer();
         let buffer = &mut *guard;
         // Every sled read the commit needs comes first: a failed read leaves the buffer as it
-        // was, so a commit is never half applied.
+        // was, so a commit is never half applied. Only a delete of a value buffered now may be
+        // dropped from the buffer instead of tombstoned (see `delete`), so only those ask sled;
+        // every other delete is a tombstone, which is always correct (retention's deletes of
+        // stored keys, a key put earlier in this same set).
         let mut in_sled = Vec::new();
         for w in &set.writes {
             if let Write::Delete(space, k) = w {
-                in_sled.push(self.tree.contains_key(prefixed(*space, k))?);
+                let k = prefixed(*space, k);
+                let buffered = matches!(buffer.writes.get(&k), Some(Some(_)));
+                in_sled.push(!buffered || self.tree.contains_key(&k)?);
             }
         }
         let mut in_sled = in_sled.into_iter();
@@ -970,7 +974,7 @@ impl Storage for SledStorage {
                     }
                 }
                 Write::Delete(space, k) => {
-                    // (one read per delete, in order; a tombstone if one were missing)
+                    // (one answer per delete, in order; a tombstone if one were missing)
                     let stored = in_sled.next().unwrap_or(true);
                     SledStorage::delete(buffer, prefixed(space, &k), stored);
                 }
@@ -986,11 +990,12 @@ impl Storage for SledStorage {
         let k = prefixed(space, key);
         self.wrote.store(true, Ordering::SeqCst);
         let mut buffer = self.buffer();
+        let buffered = buffer.writes.get(&k).map(Option::is_some);
+        if buffered == Some(false) {
+            return Ok(false); // a buffered tombstone
+        }
         let in_sled = self.tree.contains_key(&k)?;
-        let existed = match buffer.writes.get(&k) {
-            Some(v) => v.is_some(),
-            None => in_sled,
-        };
+        let existed = buffered.unwrap_or(in_sled);
         if existed {
             SledStorage::delete(&mut buffer, k, in_sled);
         }
