@@ -196,19 +196,25 @@ impl Store {
     /// Makes every commit so far durable (group commit: call once per batch, then ack it),
     /// and hands the outbox rows those commits wrote to the relay.
     pub fn flush(&self) -> Result<(), StoreError> {
-        // Rows numbered below `mark` were committed before this flush began, so the flush
-        // makes them durable; rows committed meanwhile wait for the next flush.
-        let mark = self.locked()?.outbox_next;
-        self.storage.flush()?;
-        self.durable_before.fetch_max(mark, Ordering::AcqRel);
-        Ok(())
+        self.make_durable(|storage| storage.flush())
     }
 
     /// [`Store::flush`], leaving nothing for the next open to replay ([`Storage::settle`]):
     /// the last call of a clean stop.
     pub fn flush_settled(&self) -> Result<(), StoreError> {
+        self.make_durable(|storage| storage.settle())
+    }
+
+    /// Runs `durable` (a flush of the storage) and hands the relay the outbox rows it made
+    /// durable.
+    fn make_durable(
+        &self,
+        durable: impl FnOnce(&dyn Storage) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        // Rows numbered below `mark` were committed before this flush began, so the flush
+        // makes them durable; rows committed meanwhile wait for the next flush.
         let mark = self.locked()?.outbox_next;
-        self.storage.settle()?;
+        durable(self.storage.as_ref())?;
         self.durable_before.fetch_max(mark, Ordering::AcqRel);
         Ok(())
     }

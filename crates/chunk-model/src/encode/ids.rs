@@ -150,15 +150,17 @@ impl IdMap {
 mod tests {
     use super::*;
 
+    const RULES: [IdRule; 5] = [
+        IdRule::MaxLen40,
+        IdRule::Anthropic,
+        IdRule::Mistral9,
+        IdRule::Bedrock64,
+        IdRule::Free,
+    ];
+
     #[test]
     fn a_blank_id_is_replaced_for_every_rule_and_its_result_gets_the_same_id() {
-        for rule in [
-            IdRule::MaxLen40,
-            IdRule::Anthropic,
-            IdRule::Mistral9,
-            IdRule::Bedrock64,
-            IdRule::Free,
-        ] {
+        for rule in RULES {
             for blank in [" ", "\t", "  \n"] {
                 assert!(!rule.accepts(blank), "{rule:?} accepts {blank:?}");
                 let map = IdMap::build(rule, [(0, blank), (0, blank)]);
@@ -173,13 +175,7 @@ mod tests {
 
     #[test]
     fn hashed_candidates_satisfy_their_rule() {
-        for rule in [
-            IdRule::MaxLen40,
-            IdRule::Anthropic,
-            IdRule::Mistral9,
-            IdRule::Bedrock64,
-            IdRule::Free,
-        ] {
+        for rule in RULES {
             for c in 0..20 {
                 let id = rule.hashed(3, "call 1/ü", c);
                 assert!(rule.accepts(&id), "{rule:?} rejects its own hash {id}");

@@ -754,21 +754,24 @@ async fn report_caught_up(
 /// Flushes the store on the blocking pool, logging (not returning) a failure: at exit there is
 /// nothing left to retry, and what was not flushed is redelivered after a restart.
 pub(crate) async fn flush(store: &Arc<Store>, what: &'static str) {
-    let store = Arc::clone(store);
-    match tokio::task::spawn_blocking(move || store.flush()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "{what} failed"),
-        Err(e) => tracing::error!(error = %e, "{what} task failed"),
-    }
+    on_blocking_pool(store, what, Store::flush).await;
 }
 
 /// [`flush`], settled ([`Store::flush_settled`]): the last write of a clean stop.
 async fn settle(store: &Arc<Store>) {
+    on_blocking_pool(store, "settling the store at exit", Store::flush_settled).await;
+}
+
+async fn on_blocking_pool(
+    store: &Arc<Store>,
+    what: &'static str,
+    op: fn(&Store) -> Result<(), assembler::StoreError>,
+) {
     let store = Arc::clone(store);
-    match tokio::task::spawn_blocking(move || store.flush_settled()).await {
+    match tokio::task::spawn_blocking(move || op(&store)).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "settling the store at exit failed"),
-        Err(e) => tracing::error!(error = %e, "settling the store at exit: task failed"),
+        Ok(Err(e)) => tracing::error!(error = %e, "{what} failed"),
+        Err(e) => tracing::error!(error = %e, "{what} task failed"),
     }
 }
 
