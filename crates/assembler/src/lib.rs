@@ -47,6 +47,7 @@
 //!   as one atomic batch; maps sled's errors to [`StoreError`]) and
 //!   [`storage::memory`].
 //! - [`keys`] — byte keys whose order is the wanted order.
+//! - `hash` — the keyed, cheap hash maps and sets of the apply path.
 //! - [`config`] — [`Config`]: limits and timeouts, documented defaults.
 //! - [`input`] — [`Input`] (one JetStream message), [`Seq`], [`Control`], [`Applied`];
 //!   [`InputKind`] is the wire contract's (`chunk_model::wire`).
@@ -62,6 +63,7 @@
 pub mod config;
 pub mod core;
 pub mod error;
+pub(crate) mod hash;
 pub mod input;
 pub mod keys;
 pub mod outbox;

@@ -127,8 +127,10 @@ pub struct SledStorage {
 struct Buffered {
     writes: Buffer,
     bytes: usize,
-    /// Keys changed since the last flush, and how each is logged.
-    since_flush: BTreeMap<Vec<u8>, Change>,
+    /// Keys changed since the last flush, and how each is logged (hashed, not ordered: the
+    /// record's entries name distinct keys, so their order does not matter, and this map
+    /// is looked up at every write of every commit).
+    since_flush: crate::hash::FastMap<Vec<u8>, Change>,
     /// Keys of the log parts in sled since the last materialization, oldest first.
     log_keys: Vec<Vec<u8>>,
     /// Number of the next log record.
@@ -158,36 +160,45 @@ enum Change {
 }
 
 impl Buffered {
-    /// Notes that `key` is about to be set or deleted.
-    fn changed(&mut self, key: &[u8]) {
-        match self.since_flush.get_mut(key) {
-            Some(c) => *c = Change::Whole,
+    /// Sets or deletes `key` (`None`) in the buffer, noted for the next log record (one
+    /// lookup of the buffer: this runs for every write of every commit).
+    fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let first_in_flush = match self.since_flush.get_mut(key.as_slice()) {
+            Some(c) => {
+                *c = Change::Whole;
+                false
+            }
             None => {
-                self.counted(key);
-                self.since_flush.insert(key.to_vec(), Change::Whole);
+                self.since_flush.insert(key.clone(), Change::Whole);
+                true
+            }
+        };
+        let was_buffered = self.set(key, value);
+        if first_in_flush {
+            // the first write of `key` in this flush; an earlier flush since the last
+            // materialization wrote it too if the buffer held it
+            self.flush_keys += 1;
+            if was_buffered {
+                self.rewritten += 1;
             }
         }
     }
 
-    /// Counts the first write of `key` in this flush, and whether an earlier flush since the
-    /// last materialization wrote it too (the buffer holds it).
-    fn counted(&mut self, key: &[u8]) {
-        self.flush_keys += 1;
-        if self.writes.contains_key(key) {
-            self.rewritten += 1;
-        }
-    }
-
-    /// Buffers `value` at `key`, keeping `bytes` equal to what the buffer holds.
-    fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+    /// Buffers `value` at `key`, keeping `bytes` equal to what the buffer holds. Returns
+    /// whether the buffer held `key` before.
+    fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) -> bool {
         let key_len = key.len();
         let new_len = value.as_ref().map_or(0, Vec::len);
         match self.writes.insert(key, value) {
             Some(old) => {
                 let old_len = old.as_ref().map_or(0, Vec::len);
                 self.bytes = (self.bytes + new_len).saturating_sub(old_len);
+                true
             }
-            None => self.bytes += key_len + new_len,
+            None => {
+                self.bytes += key_len + new_len;
+                false
+            }
         }
     }
 
@@ -455,8 +466,7 @@ impl SledStorage {
             buffer.forget(&key);
             buffer.since_flush.insert(key, Change::Forgotten);
         } else {
-            buffer.changed(&key);
-            buffer.set(key, None);
+            buffer.write(key, None);
         }
     }
 
@@ -969,8 +979,7 @@ impl Storage for SledStorage {
                 Write::Put(space, k, v) => {
                     let k = prefixed(space, &k);
                     if let Some(v) = append_to_buffered_piece(buffer, &k, v) {
-                        buffer.changed(&k);
-                        buffer.set(k, Some(v));
+                        buffer.write(k, Some(v));
                     }
                 }
                 Write::Delete(space, k) => {

@@ -5,9 +5,10 @@ use super::records::from_bytes;
 use crate::config::Config;
 use crate::core::{Limits, MessageState, PendingResult, StreamState};
 use crate::error::StoreError;
+use crate::hash::FastMap;
 use crate::keys;
 use crate::storage::{Space, Storage};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Cache, indexes and counters.
 #[derive(Debug)]
@@ -18,11 +19,11 @@ pub(crate) struct Inner {
     pub limits: Limits,
     /// Streams that are open or have parked inputs (plus those touched by the current unit
     /// of work), by stream key.
-    pub streams: HashMap<Vec<u8>, StreamState>,
+    pub streams: FastMap<Vec<u8>, StreamState>,
     /// Messages not completed yet (without their argument text, see
     /// [`crate::core::CallState::text_held`]), by message key: at most
     /// `config.message_cache_entries` between units of work (every one is stored).
-    pub messages: HashMap<Vec<u8>, MessageState>,
+    pub messages: FastMap<Vec<u8>, MessageState>,
     /// Keys of `messages` in the order they were put there, oldest first (may name entries
     /// that are gone): the eviction order.
     pub message_order: VecDeque<Vec<u8>>,
@@ -70,8 +71,8 @@ impl Inner {
                 max_calls_per_message: config.max_calls_per_message,
             },
             config,
-            streams: HashMap::new(),
-            messages: HashMap::new(),
+            streams: FastMap::default(),
+            messages: FastMap::default(),
             message_order: VecDeque::new(),
             open: BTreeSet::new(),
             gapped: BTreeSet::new(),
@@ -115,14 +116,15 @@ impl Inner {
 
     /// Updates the timer indexes for a stream's current state.
     pub fn index_stream(&mut self, key: &[u8], st: &StreamState) {
-        if st.open {
-            self.open.insert(key.to_vec());
-        } else {
+        // (a lookup before an insert: most commits leave a stream as it was indexed)
+        if !st.open {
             self.open.remove(key);
+        } else if !self.open.contains(key) {
+            self.open.insert(key.to_vec());
         }
         if st.parked == 0 {
             self.gapped.remove(key);
-        } else {
+        } else if !self.gapped.contains(key) {
             self.gapped.insert(key.to_vec());
         }
     }

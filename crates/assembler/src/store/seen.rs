@@ -58,22 +58,30 @@ pub(crate) fn stage(staged: &mut Staged, skey: &[u8], seq: u64, fp: u64) {
         .insert(slot(seq), fp);
 }
 
-/// Adds the staged fingerprints to their stored groups (one put per group touched).
+/// Adds the staged fingerprints to their stored groups (one put per group touched), patching
+/// each stored value in place: its entries are sorted by slot, one per slot.
 pub(crate) fn write_staged(
     storage: &dyn Storage,
     staged: Staged,
     writes: &mut WriteSet,
 ) -> Result<(), StoreError> {
     for (gkey, new) in staged {
-        let mut all: BTreeMap<u8, u64> = match storage.get(Space::SeenSets, &gkey)? {
-            Some(v) => entries(&v).collect(),
-            None => BTreeMap::new(),
-        };
-        all.extend(new);
-        let mut value = Vec::with_capacity(all.len() * ENTRY);
-        for (s, fp) in all {
-            value.push(s);
-            value.extend_from_slice(&fp.to_be_bytes());
+        let mut value = storage.get(Space::SeenSets, &gkey)?.unwrap_or_default();
+        // (a truncated tail entry is dropped, as `entries` ignores it)
+        value.truncate(value.len() - value.len() % ENTRY);
+        for (s, fp) in new {
+            // the first entry at or after slot `s`, and whether it is slot `s`'s
+            let at = value.chunks_exact(ENTRY).enumerate().find_map(|(i, e)| {
+                e.first()
+                    .filter(|slot| **slot >= s)
+                    .map(|slot| (i, *slot == s))
+            });
+            let entry = std::iter::once(s).chain(fp.to_be_bytes());
+            match at {
+                Some((i, true)) => drop(value.splice(i * ENTRY..(i + 1) * ENTRY, entry)),
+                Some((i, false)) => drop(value.splice(i * ENTRY..i * ENTRY, entry)),
+                None => value.extend(entry),
+            }
         }
         writes.put(Space::SeenSets, gkey, value);
     }
@@ -159,5 +167,37 @@ mod tests {
                 (9, 9)
             ]
         );
+    }
+
+    /// Groups are patched in place: fingerprints staged in any order, over several commits,
+    /// read back as the last one noted per number, with the value's entries sorted by slot.
+    #[test]
+    fn patching_in_place_keeps_entries_sorted_whatever_order_numbers_come_in() {
+        let storage = MemoryStorage::new();
+        let mut model = BTreeMap::new();
+        // a fixed permutation of 0..64 with repeats: inserts before, between and after stored
+        // entries, and replacements
+        let order: Vec<u64> = (0..96u64).map(|i| (i * 37 + 11) % 64).collect();
+        for (commit, seqs) in order.chunks(7).enumerate() {
+            let mut staged = Staged::new();
+            for &seq in seqs {
+                let fp = seq * 1000 + commit as u64;
+                stage(&mut staged, b"s", seq, fp);
+                model.insert(seq, fp);
+            }
+            stored(&storage, staged);
+        }
+        for group in 0..2u64 {
+            let value = storage
+                .get(Space::SeenSets, &group_key(b"s", group * GROUP))
+                .unwrap()
+                .unwrap();
+            let got: Vec<(u8, u64)> = entries(&value).collect();
+            let want: Vec<(u8, u64)> = model
+                .range(group * GROUP..(group + 1) * GROUP)
+                .map(|(seq, fp)| (slot(*seq), *fp))
+                .collect();
+            assert_eq!(got, want, "group {group}");
+        }
     }
 }

@@ -6,11 +6,11 @@ use super::inner::Inner;
 use super::records::{from_bytes, to_bytes};
 use crate::core::{ArgOp, MessagePhase, MessageState, StreamState};
 use crate::error::StoreError;
+use crate::hash::{FastMap, FastSet};
 use crate::keys::{self, ResultTag};
 use crate::outbox::{OutboxEntry, OutboxKind};
 use crate::storage::{Space, Storage, Write, WriteSet};
 use chunk_model::{Event, Provider};
-use std::collections::BTreeSet;
 
 /// Header naming the event type on event rows.
 pub const HEADER_EVENT_TYPE: &str = chunk_model::wire::headers::EVENT_TYPE;
@@ -24,11 +24,11 @@ pub(crate) struct Txn<'a> {
     /// Collected writes.
     pub writes: WriteSet,
     /// Streams changed by this unit.
-    dirty_streams: BTreeSet<Vec<u8>>,
+    dirty_streams: FastSet<Vec<u8>>,
     /// Streams read or changed by this unit (trimmed from the cache at commit).
-    touched_streams: BTreeSet<Vec<u8>>,
+    touched_streams: FastSet<Vec<u8>>,
     /// Messages changed by this unit.
-    dirty_messages: BTreeSet<Vec<u8>>,
+    dirty_messages: FastSet<Vec<u8>>,
     /// Outbox rows written.
     pub rows: usize,
     /// Events written.
@@ -36,7 +36,7 @@ pub(crate) struct Txn<'a> {
     /// Whether the order counter moved.
     order_moved: bool,
     /// Results-keyspace writes of this unit, readable before the commit (`None`: deleted).
-    results_overlay: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
+    results_overlay: FastMap<Vec<u8>, Option<Vec<u8>>>,
     /// Fingerprints of the producer numbers taken by this unit (see [`super::seen`]).
     seen: super::seen::Staged,
 }
@@ -48,13 +48,13 @@ impl<'a> Txn<'a> {
             inner,
             storage,
             writes: WriteSet::default(),
-            dirty_streams: BTreeSet::new(),
-            touched_streams: BTreeSet::new(),
-            dirty_messages: BTreeSet::new(),
+            dirty_streams: FastSet::default(),
+            touched_streams: FastSet::default(),
+            dirty_messages: FastSet::default(),
             rows: 0,
             events: 0,
             order_moved: false,
-            results_overlay: std::collections::HashMap::new(),
+            results_overlay: FastMap::default(),
             seen: super::seen::Staged::new(),
         }
     }
@@ -97,7 +97,9 @@ impl<'a> Txn<'a> {
 
     /// The stream's state for changing: marked to be written.
     pub fn stream_mut(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
-        self.dirty_streams.insert(key.to_vec());
+        if !self.dirty_streams.contains(key) {
+            self.dirty_streams.insert(key.to_vec());
+        }
         self.stream(key)
     }
 
@@ -216,8 +218,11 @@ impl<'a> Txn<'a> {
         if !self.load_message(&mkey)? {
             return Ok(None);
         }
-        self.dirty_messages.insert(mkey.clone());
-        Ok(self.inner.messages.get_mut(&mkey))
+        let m = self.inner.messages.get_mut(&mkey);
+        if !self.dirty_messages.contains(&mkey) {
+            self.dirty_messages.insert(mkey);
+        }
+        Ok(m)
     }
 
     /// The message, created (open, no calls) when unknown; marked to be written. A known
@@ -238,7 +243,9 @@ impl<'a> Txn<'a> {
                 .insert(mkey.clone(), MessageState::new(conv, msg, None, order));
             self.inner.message_order.push_back(mkey.clone());
         }
-        self.dirty_messages.insert(mkey.clone());
+        if !self.dirty_messages.contains(&mkey) {
+            self.dirty_messages.insert(mkey.clone());
+        }
         let needs_provider = self
             .inner
             .messages
