@@ -204,6 +204,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut flush_time, mut relay_time, mut flushes, mut rows) =
         (Duration::ZERO, Duration::ZERO, 0usize, 0usize);
     let mut events = 0usize;
+    // every flush's wall time: the slow ones (materializations) are what a call-ending chunk
+    // caught behind them waits for
+    let mut each_flush: Vec<Duration> = Vec::new();
     let started = Instant::now();
     for (b, inputs) in backlog.chunks(batch).enumerate() {
         // publish times: 1 ms per batch, well inside every timeout
@@ -226,6 +229,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let t = Instant::now();
         flush_batch(&store)?;
+        each_flush.push(t.elapsed());
         flush_time += t.elapsed();
         flushes += 1;
         let t = Instant::now();
@@ -253,6 +257,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "flush        {flushes:>8} batches {:>8.1} µs each {:>7.2} s",
         flush_time.as_secs_f64() * 1e6 / flushes.max(1) as f64,
         flush_time.as_secs_f64()
+    );
+    each_flush.sort();
+    let at = |q: f64| {
+        let i = ((each_flush.len() as f64 * q) as usize).min(each_flush.len().saturating_sub(1));
+        each_flush.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    println!(
+        "flush wall   p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+        at(0.5),
+        at(0.99),
+        at(0.999),
+        at(1.0)
     );
     if rows != events {
         return Err(format!("{events} events applied, {rows} delivered").into());
