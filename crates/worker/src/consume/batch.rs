@@ -36,6 +36,13 @@ struct Staged {
     outcomes: Vec<Result<Applied, StoreError>>,
 }
 
+impl Staged {
+    /// Whether any input reached the store (its rows are durable once a flush returns).
+    fn applied_any(&self) -> bool {
+        self.outcomes.iter().any(Result::is_ok)
+    }
+}
+
 /// Applied batches on their way to durability: those waiting for the next flush, and those
 /// the running flush covers.
 #[derive(Default)]
@@ -170,6 +177,11 @@ impl ConsumeLoop {
         let (flushed, flush_time) = result;
         if let Some(f) = pipeline.in_flight.take() {
             self.metrics.batch_flush.observe(flush_time);
+            // The events are durable now: the relay publishes them while the inputs are
+            // acked, not after (a batch's acks are one publish each).
+            if flushed && f.staged.iter().any(Staged::applied_any) {
+                self.relay_wake.notify_one();
+            }
             for staged in f.staged {
                 self.settle(staged, flushed).await;
             }
@@ -256,6 +268,9 @@ impl ConsumeLoop {
             work,
             outcomes: result.outcomes,
         };
+        if result.flushed && staged.applied_any() {
+            self.relay_wake.notify_one();
+        }
         self.settle(staged, result.flushed).await;
     }
 
@@ -289,7 +304,8 @@ impl ConsumeLoop {
     }
 
     /// Settles every message of a staged batch once a flush that began after it returned
-    /// (`flushed`: whether it succeeded): one [`Disposition`] each, then the acks.
+    /// (`flushed`: whether it succeeded): one [`Disposition`] each, then the acks. The caller
+    /// has woken the relay already when the flush made rows durable.
     async fn settle(&self, staged: Staged, flushed: bool) {
         Metrics::add(&self.metrics.batches, 1);
         #[cfg(feature = "failpoints")]
@@ -303,7 +319,6 @@ impl ConsumeLoop {
 
         let mut outcomes = staged.outcomes.into_iter();
         let nak_delay = self.config.nak_delay.get();
-        let mut any_durable = false;
         for w in staged.work {
             if !self.holds_lease() {
                 // Another worker owns the partition now and rebuilds it from the stream:
@@ -315,9 +330,6 @@ impl ConsumeLoop {
                 Ok(input) => match outcomes.next() {
                     Some(outcome) => {
                         self.count(&outcome, input);
-                        if outcome.is_ok() && flushed {
-                            any_durable = true;
-                        }
                         Disposition::after_apply(&outcome, flushed)
                     }
                     // not attempted: an earlier input of the batch hit a storage error
@@ -358,9 +370,6 @@ impl ConsumeLoop {
                 // A lost ack means a redelivery, which the store recognizes as a duplicate.
                 tracing::warn!(error = %e, "ack not sent");
             }
-        }
-        if any_durable {
-            self.relay_wake.notify_one();
         }
     }
 
