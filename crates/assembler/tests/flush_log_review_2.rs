@@ -84,6 +84,16 @@ fn replayed_buffer(tree: &sled::Tree) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
                     buf.remove(key);
                     r
                 }
+                4 => {
+                    // a patch: keep `prefix` and `suffix` bytes of the value, logged bytes between
+                    let prefix = u32::from_be_bytes(r[..4].try_into().unwrap()) as usize;
+                    let suffix = u32::from_be_bytes(r[4..8].try_into().unwrap()) as usize;
+                    let (middle, r) = take_field(&r[8..]);
+                    let value = buf.get_mut(key).unwrap().as_mut().unwrap();
+                    let end = value.len() - suffix;
+                    value.splice(prefix..end, middle.iter().copied());
+                    r
+                }
                 t => panic!("unknown tag {t}"),
             };
         }

@@ -26,6 +26,10 @@
 //!   appended to the call's last piece already in sled when that one is at most
 //!   [`EXTEND_STORED_MAX`] bytes: a call streamed over many flushes keeps one key. A piece
 //!   appended to in the buffer is logged as the appended bytes, not again whole.
+//! - A value rewritten whole that differs from what the last flush held in a few bytes (a
+//!   stream's watermark, a message's counters, a fingerprint group's new entry) is logged as
+//!   a patch of that value ([`TAG_PATCH`]): the record holds the bytes that changed, not the
+//!   value again.
 //!
 //! Why: sled's cost is per key written (each insert clones the key's leaf and logs a
 //! fragment; ~12 k instructions), and with many interleaved streams every flush rewrote each
@@ -89,6 +93,12 @@ const TAG_APPEND: u8 = 2;
 /// Drop the key from the buffer: its value went to its keyspace in the record's own batch,
 /// or it was deleted while only the buffer held it.
 const TAG_FORGET: u8 = 3;
+/// The key's buffered value changed in the middle: keep its first `prefix` and last `suffix`
+/// bytes (two u32 BE) and put the logged bytes between them. A stream's state, a message's
+/// state and a fingerprint group are rewritten whole at every commit, but differ from what
+/// the last flush held in a few bytes (a counter, a watermark, an appended entry): logged
+/// whole, they were ~90% of every record's bytes (see [`patch_of`]).
+const TAG_PATCH: u8 = 4;
 
 /// An argument piece at least this long is written to its keyspace by the flush itself, in
 /// the log record's batch, instead of into the log: text is written once, not in the log
@@ -148,10 +158,14 @@ struct Buffered {
 }
 
 /// How a key changed since the last flush.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Change {
     /// Set or deleted: logged with its whole buffered value.
     Whole,
+    /// Set or deleted; its buffered value at the last flush was this one (what a replay
+    /// rebuilds before this flush's record): logged as a [`TAG_PATCH`] of it when that is
+    /// shorter than the whole value.
+    From(Vec<u8>),
     /// Only appended to: logged as its buffered value from this offset on.
     AppendedFrom(usize),
     /// Deleted while its value was only in the buffer: dropped from the buffer instead of
@@ -163,43 +177,43 @@ impl Buffered {
     /// Sets or deletes `key` (`None`) in the buffer, noted for the next log record (one
     /// lookup of the buffer: this runs for every write of every commit).
     fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
-        let first_in_flush = match self.since_flush.get_mut(key.as_slice()) {
-            Some(c) => {
+        if let Some(c) = self.since_flush.get_mut(key.as_slice()) {
+            // written before in this flush: a `From` keeps the value of the last flush
+            if !matches!(c, Change::From(_)) {
                 *c = Change::Whole;
-                false
             }
-            None => {
-                self.since_flush.insert(key.clone(), Change::Whole);
-                true
-            }
-        };
-        let was_buffered = self.set(key, value);
-        if first_in_flush {
-            // the first write of `key` in this flush; an earlier flush since the last
-            // materialization wrote it too if the buffer held it
-            self.flush_keys += 1;
-            if was_buffered {
-                self.rewritten += 1;
-            }
+            self.set(key, value);
+            return;
         }
+        // The first write of `key` in this flush: the buffer holds what the last flush left
+        // (the log records since the last materialization rebuild it), kept as the base of a
+        // patch. An earlier flush of the window wrote `key` too if the buffer held it.
+        let old = self.set(key.clone(), value);
+        self.flush_keys += 1;
+        if old.is_some() {
+            self.rewritten += 1;
+        }
+        let change = match old {
+            Some(Some(base)) => Change::From(base),
+            _ => Change::Whole,
+        };
+        self.since_flush.insert(key, change);
     }
 
-    /// Buffers `value` at `key`, keeping `bytes` equal to what the buffer holds. Returns
-    /// whether the buffer held `key` before.
-    fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) -> bool {
+    /// Buffers `value` at `key`, keeping `bytes` equal to what the buffer holds. Returns what
+    /// the buffer held at `key` before (`Some(None)`: a tombstone).
+    fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) -> Option<Option<Vec<u8>>> {
         let key_len = key.len();
         let new_len = value.as_ref().map_or(0, Vec::len);
-        match self.writes.insert(key, value) {
+        let old = self.writes.insert(key, value);
+        match &old {
             Some(old) => {
                 let old_len = old.as_ref().map_or(0, Vec::len);
                 self.bytes = (self.bytes + new_len).saturating_sub(old_len);
-                true
             }
-            None => {
-                self.bytes += key_len + new_len;
-                false
-            }
+            None => self.bytes += key_len + new_len,
         }
+        old
     }
 
     /// Drops `key` from the buffer (its value is in the keyspace now).
@@ -390,7 +404,7 @@ impl SledStorage {
         };
         let mut direct = Vec::new();
         for (key, change) in &buffer.since_flush {
-            if *change == Change::Forgotten {
+            if matches!(change, Change::Forgotten) {
                 part.push(TAG_FORGET);
                 put_field(&mut part, key);
                 continue;
@@ -418,6 +432,20 @@ impl SledStorage {
                     put_field(&mut part, key);
                     put_field(&mut part, value.get(*from..).unwrap_or_default());
                 }
+                (Change::From(base), Some(value)) => match patch_of(base, value) {
+                    Some((prefix, suffix, middle)) => {
+                        part.push(TAG_PATCH);
+                        put_field(&mut part, key);
+                        part.extend_from_slice(&prefix.to_be_bytes());
+                        part.extend_from_slice(&suffix.to_be_bytes());
+                        put_field(&mut part, middle);
+                    }
+                    None => {
+                        part.push(TAG_PUT);
+                        put_field(&mut part, key);
+                        put_field(&mut part, value);
+                    }
+                },
                 (_, Some(value)) => {
                     part.push(TAG_PUT);
                     put_field(&mut part, key);
@@ -825,6 +853,83 @@ fn put_field(out: &mut Vec<u8>, field: &[u8]) {
     out.extend_from_slice(field);
 }
 
+/// The patch turning `base` into `value` ([`TAG_PATCH`]): the lengths of their common
+/// prefix and (in what follows it) common suffix, and `value`'s bytes between them; `None`
+/// when logging `value` whole is no longer (two values with nothing in common).
+fn patch_of<'v>(base: &[u8], value: &'v [u8]) -> Option<(u32, u32, &'v [u8])> {
+    let prefix = common_prefix(base, value);
+    let (base_rest, value_rest) = (base.get(prefix..)?, value.get(prefix..)?);
+    let suffix = common_suffix(base_rest, value_rest);
+    let middle = value_rest.get(..value_rest.len() - suffix)?;
+    // the two lengths cost 8 bytes more than a whole value's entry
+    if middle.len() + 8 >= value.len() {
+        return None;
+    }
+    Some((
+        u32::try_from(prefix).ok()?,
+        u32::try_from(suffix).ok()?,
+        middle,
+    ))
+}
+
+/// Length of the common prefix of `a` and `b`, compared 8 bytes at a time (a byte at a time,
+/// this was most of a flush's own cost).
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let words = a.chunks_exact(8).zip(b.chunks_exact(8));
+    let mut n = 0;
+    for (x, y) in words {
+        let (x, y) = (word(x), word(y));
+        if x != y {
+            // little-endian loads: the first differing byte is the lowest differing one
+            return n + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    let tail = a
+        .get(n..)
+        .unwrap_or_default()
+        .iter()
+        .zip(b.get(n..).unwrap_or_default());
+    n + tail.take_while(|(x, y)| x == y).count()
+}
+
+/// Length of the common suffix of `a` and `b`, compared 8 bytes at a time.
+fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    let words = a.rchunks_exact(8).zip(b.rchunks_exact(8));
+    let mut n = 0;
+    for (x, y) in words {
+        let (x, y) = (word(x), word(y));
+        if x != y {
+            // the last differing byte is the highest differing one
+            return n + ((x ^ y).leading_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    let a = a.get(..a.len().saturating_sub(n)).unwrap_or_default();
+    let b = b.get(..b.len().saturating_sub(n)).unwrap_or_default();
+    n + a
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// Eight bytes as a little-endian word (0 for a short slice, which `chunks_exact` never gives).
+fn word(bytes: &[u8]) -> u64 {
+    bytes.try_into().map_or(0, u64::from_le_bytes)
+}
+
+/// Splits a u32 (BE) off the front of `bytes`, as a length.
+fn take_u32(bytes: &[u8]) -> Result<(usize, &[u8]), StoreError> {
+    let n = bytes
+        .get(..4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_be_bytes)
+        .ok_or_else(|| corrupt_log("a cut patch length"))?;
+    Ok((n as usize, bytes.get(4..).unwrap_or_default()))
+}
+
 /// Splits a length-prefixed field off the front of `bytes`.
 fn take_field(bytes: &[u8]) -> Result<(&[u8], &[u8]), StoreError> {
     let len = bytes
@@ -855,6 +960,21 @@ fn replay_part(buffer: &mut Buffered, mut part: &[u8]) -> Result<(), StoreError>
             TAG_PUT => {
                 let (value, rest) = take_field(rest)?;
                 buffer.set(key.to_vec(), Some(value.to_vec()));
+                rest
+            }
+            TAG_PATCH => {
+                let (prefix, rest) = take_u32(rest)?;
+                let (suffix, rest) = take_u32(rest)?;
+                let (middle, rest) = take_field(rest)?;
+                let Some(Some(value)) = buffer.writes.get_mut(key) else {
+                    return Err(corrupt_log("a patch of a value the log does not hold"));
+                };
+                let old_len = value.len();
+                if prefix.saturating_add(suffix) > old_len {
+                    return Err(corrupt_log("a patch longer than its value"));
+                }
+                value.splice(prefix..old_len - suffix, middle.iter().copied());
+                buffer.bytes = (buffer.bytes + value.len()).saturating_sub(old_len);
                 rest
             }
             TAG_APPEND => {
@@ -1386,10 +1506,11 @@ mod tests {
     #[test]
     fn log_records_outgrowing_the_buffer_materialize_at_the_next_flush() {
         let s = SledStorage::temporary().unwrap();
-        let state = "s".repeat(20_000);
-        // 100 states of 20 KB rewritten whole at every flush: a 2 MB buffer, 2 MB per record
+        // 100 states of 20 KB rewritten whole at every flush, every byte changed (nothing for
+        // a patch to keep): a 2 MB buffer, 2 MB per record
         let mut emptied = Vec::new();
-        for flush in 1..=12 {
+        for flush in 1..=12u8 {
+            let state = char::from(b'a' + flush).to_string().repeat(20_000);
             for k in 0..100 {
                 put_kv(&s, Space::Streams, &format!("{k:03}"), &state);
             }
@@ -1675,6 +1796,10 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Op {
         Put(u8, u8),
+        /// Rewrites a key's value (48 bytes when it had fewer) with one byte changed at a
+        /// position, or one byte appended (`true`), or one removed: logged as a patch of what
+        /// the last flush held (`TAG_PATCH`).
+        Edit(u8, u8, u8, Option<bool>),
         /// Puts a key no earlier step wrote (while there are some): a load the log does not
         /// pay for, so materializations switch to direct flushes.
         Fresh(u8),
@@ -1694,6 +1819,8 @@ mod tests {
         use proptest::prelude::*;
         prop_oneof![
             4 => (0u8..6, any::<u8>()).prop_map(|(k, v)| Op::Put(k, v)),
+            4 => (0u8..6, any::<u8>(), any::<u8>(), any::<Option<bool>>())
+                .prop_map(|(k, at, v, grow)| Op::Edit(k, at, v, grow)),
             3 => any::<u8>().prop_map(Op::Fresh),
             1 => (0u8..6).prop_map(Op::Delete),
             4 => (0u8..3, any::<u8>()).prop_map(|(c, v)| Op::Piece(c, v)),
@@ -1707,14 +1834,14 @@ mod tests {
     }
 
     /// What the storage reads: plain keys and each call's text.
-    type Model = (BTreeMap<u8, u8>, BTreeMap<u8, Vec<u8>>);
+    type Model = (BTreeMap<u8, Vec<u8>>, BTreeMap<u8, Vec<u8>>);
 
     fn read(s: &SledStorage) -> Model {
         let plain = s
             .scan_prefix(Space::Streams, b"")
             .unwrap()
             .into_iter()
-            .map(|(k, v)| (k[0], v[0]))
+            .map(|(k, v)| (k[0], v))
             .collect();
         let mut calls: BTreeMap<u8, Vec<u8>> = BTreeMap::new();
         for c in 0..3u8 {
@@ -1753,14 +1880,30 @@ mod tests {
                         let mut w = WriteSet::default();
                         w.put(Space::Streams, vec![fresh], vec![v]);
                         s.commit(w).unwrap();
-                        live.0.insert(fresh, v);
+                        live.0.insert(fresh, vec![v]);
                         fresh = fresh.checked_add(1).unwrap_or(100);
                     }
                     Op::Put(k, v) => {
                         let mut w = WriteSet::default();
                         w.put(Space::Streams, vec![k], vec![v]);
                         s.commit(w).unwrap();
-                        live.0.insert(k, v);
+                        live.0.insert(k, vec![v]);
+                    }
+                    Op::Edit(k, at, v, grow) => {
+                        let mut value = live.0.get(&k).cloned().unwrap_or_default();
+                        if value.len() < 48 {
+                            value = (0..48u8).map(|i| i.wrapping_mul(k.wrapping_add(7))).collect();
+                        }
+                        let at = usize::from(at) % value.len();
+                        match grow {
+                            Some(true) => value.insert(at, v),
+                            Some(false) => drop(value.remove(at)),
+                            None => value[at] = v,
+                        }
+                        let mut w = WriteSet::default();
+                        w.put(Space::Streams, vec![k], value.clone());
+                        s.commit(w).unwrap();
+                        live.0.insert(k, value);
                     }
                     Op::Delete(k) => {
                         let mut w = WriteSet::default();
@@ -1824,6 +1967,40 @@ mod tests {
                     }
                 }
                 proptest::prop_assert_eq!(read(&s), live.clone());
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// A patch rebuilds the value from its base, whatever the two hold, and is taken only
+        /// when shorter than the whole value; the word-wise prefix and suffix agree with a
+        /// byte-wise count.
+        #[test]
+        fn a_patch_rebuilds_its_value_from_its_base(
+            base in proptest::collection::vec(0u8..4, 0..80),
+            edits in proptest::collection::vec((proptest::prelude::any::<usize>(), 0u8..4, 0u8..3), 0..4),
+        ) {
+            let mut value = base.clone();
+            for (at, v, how) in edits {
+                let at = at % (value.len() + 1);
+                match how {
+                    0 => value.insert(at, v),
+                    1 if at < value.len() => value[at] = v,
+                    _ if at < value.len() => drop(value.remove(at)),
+                    _ => value.push(v),
+                }
+            }
+            let naive_prefix = base.iter().zip(&value).take_while(|(a, b)| a == b).count();
+            proptest::prop_assert_eq!(common_prefix(&base, &value), naive_prefix);
+            let naive_suffix = base.iter().rev().zip(value.iter().rev()).take_while(|(a, b)| a == b).count();
+            proptest::prop_assert_eq!(common_suffix(&base, &value), naive_suffix);
+            if let Some((prefix, suffix, middle)) = patch_of(&base, &value) {
+                proptest::prop_assert!(middle.len() + 8 < value.len());
+                let (prefix, suffix) = (prefix as usize, suffix as usize);
+                let mut rebuilt = base[..prefix].to_vec();
+                rebuilt.extend_from_slice(middle);
+                rebuilt.extend_from_slice(&base[base.len() - suffix..]);
+                proptest::prop_assert_eq!(rebuilt, value);
             }
         }
     }
