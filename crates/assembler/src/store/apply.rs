@@ -373,15 +373,16 @@ fn apply_chunk(
             let msg = choice_message(item.msg, k);
             let mkey = keys::message(item.conv, &msg);
             let mut out = StepOutput::default();
+            // (a chunk with no events still makes its message)
+            txn.message_or_new(item.conv, &msg, Some(provider))?;
             for ev in events {
-                let m = txn.message_or_new(item.conv, &msg, Some(provider))?;
-                if core::step::needs_text(m, &ev, &limits) {
+                // loaded and marked to be written above: only looked up from here on
+                let needs_text = core::step::needs_text(txn.loaded_message(&mkey)?, &ev, &limits);
+                if needs_text {
                     txn.hold_text(&mkey)?;
                 }
-                let m = txn.message_or_new(item.conv, &msg, Some(provider))?;
-                core::step(m, ev, &limits, &mut out);
+                core::step(txn.loaded_message(&mkey)?, ev, &limits, &mut out);
             }
-            txn.message_or_new(item.conv, &msg, Some(provider))?;
             steps.push((k, out));
         }
     }

@@ -271,6 +271,19 @@ impl<'a> Txn<'a> {
         Ok(m)
     }
 
+    /// A message this unit loaded and marked to be written ([`Txn::message_or_new`],
+    /// [`Txn::message_mut`]), by key: a lookup, without building its key again.
+    pub fn loaded_message(&mut self, mkey: &[u8]) -> Result<&mut MessageState, StoreError> {
+        match self.dirty_messages.contains(mkey) {
+            true => self.inner.messages.get_mut(mkey),
+            false => None,
+        }
+        .ok_or(StoreError::Corrupt {
+            space: "messages",
+            detail: "a message used before this unit loaded it".into(),
+        })
+    }
+
     /// The provider a conversation's messages named, if any.
     pub fn conversation_provider(&self, conv: &str) -> Result<Option<Provider>, StoreError> {
         let key = keys::result(ResultTag::ConversationProvider, conv, "");
