@@ -34,7 +34,7 @@ pub struct StreamState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transport: Option<u64>,
     /// How many inputs are parked ahead of a gap (their records are in the parked keyspace).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub parked: u64,
     /// When the current gap was first waited for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -50,7 +50,7 @@ pub struct StreamState {
     #[serde(default)]
     pub open: bool,
     /// Closed after a gap timeout: later inputs are consumed without effect.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub closed: bool,
     /// Chunk streams of OpenAI chat with `n > 1`: the highest choice index seen, plus one (0
     /// or 1: one choice). Choice `k > 0` is its own message
@@ -60,6 +60,11 @@ pub struct StreamState {
 }
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// (Fields at their default are not written: every commit of a stream rewrites its state.)
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 

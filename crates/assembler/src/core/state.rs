@@ -87,11 +87,12 @@ pub struct CallState {
     /// Whether `path_values` holds every structured piece.
     #[serde(skip)]
     pub paths_held: bool,
-    /// Number of stored structured pieces.
-    #[serde(default)]
+    /// Number of stored structured pieces (not written when 0, as for every call of a
+    /// provider without them: each field written costs every commit of the message).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub path_pieces: u32,
     /// Bytes of stored structured pieces (counted against the argument limit).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub path_bytes: usize,
     /// Provider metadata, merged.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
@@ -128,6 +129,10 @@ pub struct CallState {
 }
 
 fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
