@@ -252,6 +252,7 @@ async fn drain_worker(
                 let cpu = procfs::cpu_time(pid);
                 let peak_rss = procfs::peak_rss(pid);
                 let metrics = worker.metrics().await.unwrap_or_default();
+                keep_metrics(&metrics);
                 worker.stop(Duration::from_secs(20)).await;
                 return Ok(Drained {
                     inputs: backlog.inputs.len(),
@@ -264,6 +265,21 @@ async fn drain_worker(
                 });
             }
         }
+    }
+}
+
+/// With `THROUGHPUT_METRICS_DIR` set, keeps the worker's `/metrics` at the end of each drain
+/// there (`drain-<unix ms>.txt`), for the histograms the report leaves out.
+fn keep_metrics(metrics: &str) {
+    let Some(dir) = std::env::var_os("THROUGHPUT_METRICS_DIR") else {
+        return;
+    };
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let path = std::path::Path::new(&dir).join(format!("drain-{ms}.txt"));
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, metrics)) {
+        eprintln!("cannot keep the worker's metrics in {}: {e}", path.display());
     }
 }
 
