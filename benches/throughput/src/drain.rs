@@ -279,7 +279,10 @@ fn keep_metrics(metrics: &str) {
         .map_or(0, |d| d.as_millis());
     let path = std::path::Path::new(&dir).join(format!("drain-{ms}.txt"));
     if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, metrics)) {
-        eprintln!("cannot keep the worker's metrics in {}: {e}", path.display());
+        eprintln!(
+            "cannot keep the worker's metrics in {}: {e}",
+            path.display()
+        );
     }
 }
 

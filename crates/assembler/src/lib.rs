@@ -35,6 +35,8 @@
 //!     [`storage::Space::Done`] index, stream tombstones, what happens on redelivery).
 //!   - `store::seen` — which producer numbers a stream has seen, packed per 32 numbers
 //!     (one value per group, so a retained message keeps few keys).
+//!   - `store::compact` — the binary form in which commits write stream and message states
+//!     (JSON again at rest in sled and in checkpoints; readers take both).
 //!   - `store::checkpoint` — the whole store to one file and back (a leased partition's
 //!     checkpoint, uploaded by the worker).
 //!   - `store::attempts` — the durable note of an input applied alone, and the stops of the

@@ -85,6 +85,12 @@ impl Space {
     }
 }
 
+/// The form a value takes at rest, given its keyspace: `Some` to store another form of it
+/// (the store keeps its compact state records as JSON there, `crate::store::compact`), `None`
+/// to store it as it is. A backend that holds values in memory before writing them out calls
+/// it on the way out; readers must take both forms.
+pub type AtRest = fn(Space, &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+
 /// One write of a [`WriteSet`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {

@@ -129,6 +129,8 @@ pub struct SledStorage {
     /// Whether anything was committed since the store was opened: a store only read (the
     /// `inspect` command) is left as it was found, log records included.
     wrote: AtomicBool,
+    /// The form values take in sled's keyspaces (see [`SledStorage::with_at_rest`]).
+    at_rest: Option<super::AtRest>,
 }
 
 /// The write-back buffer, the bytes written into it since it was last materialized, and what
@@ -356,12 +358,36 @@ impl SledStorage {
             crashed: AtomicBool::new(false),
             // (so a store that fails to open is dropped unchanged too)
             wrote: AtomicBool::new(false),
+            at_rest: None,
         };
         {
             let mut buffer = storage.buffer();
             storage.replay_log(&mut buffer)?;
         }
         Ok(storage)
+    }
+
+    /// Writes values to sled's keyspaces in the form `at_rest` gives them (materializations and
+    /// direct flushes; the buffer and the log keep them as committed).
+    pub fn with_at_rest(mut self, at_rest: super::AtRest) -> SledStorage {
+        self.at_rest = Some(at_rest);
+        self
+    }
+
+    /// `value` of the prefixed `key` as it is written to sled's keyspaces.
+    fn rest_form<'v>(
+        &self,
+        key: &[u8],
+        value: &'v [u8],
+    ) -> Result<std::borrow::Cow<'v, [u8]>, StoreError> {
+        let space = key.first().and_then(|b| Space::ALL.get(usize::from(*b)));
+        match (self.at_rest, space) {
+            (Some(at_rest), Some(space)) => Ok(match at_rest(*space, value)? {
+                Some(other) => std::borrow::Cow::Owned(other),
+                None => std::borrow::Cow::Borrowed(value),
+            }),
+            _ => Ok(std::borrow::Cow::Borrowed(value)),
+        }
     }
 
     /// Rebuilds the buffer from the flush-log records in sled, oldest first: afterwards it
@@ -606,7 +632,7 @@ impl SledStorage {
                         None => (k.clone(), n, v.clone(), false, Vec::new()),
                     });
                 }
-                (Some(v), None) => batch.insert(k.as_slice(), v.as_slice(), false),
+                (Some(v), None) => batch.insert(k.as_slice(), &*self.rest_form(k, v)?, false),
                 (None, _) => batch.remove(k.as_slice()),
             }
             prev = Some(k.as_slice());

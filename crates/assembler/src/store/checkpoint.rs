@@ -60,6 +60,8 @@ impl Store {
         w.write_all(MAGIC).map_err(|e| io("write", e))?;
         for space in Space::ALL {
             for (key, value) in self.storage.scan_prefix(space, b"")? {
+                // (compact states as JSON, so that a worker of any release imports it)
+                let value = super::compact::at_rest(space, &value)?.unwrap_or(value);
                 let (kl, vl) = (len32(&key)?, len32(&value)?);
                 w.write_all(&[space.position() as u8])
                     .and_then(|()| w.write_all(&kl.to_le_bytes()))
@@ -87,7 +89,8 @@ impl Store {
         dir: &Path,
         config: Config,
     ) -> Result<(Store, CheckpointStats), StoreError> {
-        let storage = SledStorage::open_with_cache(dir, config.storage_cache_bytes)?;
+        let storage = SledStorage::open_with_cache(dir, config.storage_cache_bytes)?
+            .with_at_rest(super::compact::at_rest);
         if Space::ALL
             .iter()
             .any(|s| storage.first_n(*s, 1).is_ok_and(|p| !p.is_empty()))

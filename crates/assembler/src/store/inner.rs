@@ -86,7 +86,7 @@ impl Inner {
             let Some(v) = storage.get(Space::Streams, &k)? else {
                 continue;
             };
-            let st: StreamState = from_bytes("streams", &v)?;
+            let st = super::compact::decode_stream(&v)?;
             if st.open || st.parked > 0 {
                 inner.index_stream(&k, &st);
                 inner.streams.insert(k, st);

@@ -24,7 +24,8 @@ impl Store {
         if !path.join("db").is_file() || !path.join("conf").is_file() {
             return Ok(None);
         }
-        let storage = SledStorage::open_with_cache(path, config.storage_cache_bytes)?;
+        let storage = SledStorage::open_with_cache(path, config.storage_cache_bytes)?
+            .with_at_rest(super::compact::at_rest);
         let inner = Inner::load(&storage, config)?;
         let outbox_len = storage.count(Space::Outbox)?;
         let durable_before = inner.outbox_next;

@@ -19,7 +19,8 @@
 //! - `attempts` — the durable note of an input applied alone, and the process stops while
 //!   applying it (poison detection).
 //! - `snapshot` — what is stored for a message or a conversation.
-//! - [`records`] — stored record forms.
+//! - [`records`] — stored record forms; [`compact`] — the binary form of stream and message
+//!   states that commits write (JSON at rest).
 //! - `inner` — the in-memory part: cache, timers index, counters; rebuilt from storage on
 //!   open and after a failed commit.
 
@@ -27,6 +28,7 @@ mod apply;
 mod attempts;
 mod checkpoint;
 mod close;
+pub mod compact;
 mod dead_letter;
 mod inner;
 mod inspect;
@@ -81,13 +83,15 @@ impl Store {
     /// Opens (or creates) the sled store at `path`, recovering its state: the state of a
     /// prefix of the inputs applied before the last flush, and every unpublished outbox row.
     pub fn open(path: &Path, config: Config) -> Result<Store, StoreError> {
-        let storage = SledStorage::open_with_cache(path, config.storage_cache_bytes)?;
+        let storage = SledStorage::open_with_cache(path, config.storage_cache_bytes)?
+            .with_at_rest(compact::at_rest);
         Store::with_storage(Arc::new(storage), config)
     }
 
     /// A sled store in a temporary directory, removed when dropped.
     pub fn open_temporary(config: Config) -> Result<Store, StoreError> {
-        let storage = SledStorage::temporary_with_cache(config.storage_cache_bytes)?;
+        let storage = SledStorage::temporary_with_cache(config.storage_cache_bytes)?
+            .with_at_rest(compact::at_rest);
         Store::with_storage(Arc::new(storage), config)
     }
 

@@ -1,4 +1,6 @@
 //! Stored record forms: JSON for small state records, a binary form for parked raw inputs.
+//! (Stream and message states, which every input rewrites, have a compact form of their own:
+//! [`super::compact`].)
 
 use crate::error::StoreError;
 use crate::input::{Control, Origin};

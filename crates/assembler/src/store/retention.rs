@@ -50,8 +50,8 @@
 //! completion rate × `retention_ms` exactly like the messages did.
 
 use super::inner::Inner;
-use super::records::{from_bytes, to_bytes, CallIndex};
-use crate::core::{MessagePhase, MessageState, PendingResult, StreamState};
+use super::records::{from_bytes, CallIndex};
+use crate::core::{MessagePhase, PendingResult, StreamState};
 use crate::error::StoreError;
 use crate::input::InputKind;
 use crate::keys::{self, DoneTag, ResultTag};
@@ -151,7 +151,7 @@ fn awaits_results(storage: &dyn Storage, conv: &str, msg: &str) -> Result<bool, 
     let Some(v) = storage.get(Space::Messages, &keys::message(conv, msg))? else {
         return Ok(false);
     };
-    let m: MessageState = from_bytes("messages", &v)?;
+    let m = super::compact::decode_message(&v)?;
     Ok(m.calls.iter().any(|c| {
         c.status == CallStatus::Completed
             && matches!(c.kind, CallKind::Function | CallKind::Custom)
@@ -171,7 +171,7 @@ fn stream_state(
         return Ok(Some(st.clone()));
     }
     match storage.get(Space::Streams, skey)? {
-        Some(v) => Ok(Some(from_bytes("streams", &v)?)),
+        Some(v) => Ok(Some(super::compact::decode_stream(&v)?)),
         None => Ok(None),
     }
 }
@@ -192,7 +192,7 @@ fn delete_message(
     // become orphans after the grace period.
     let mut unmatched: Vec<(String, u64)> = Vec::new();
     let message = match storage.get(Space::Messages, &mkey)? {
-        Some(v) => Some(from_bytes::<MessageState>("messages", &v)?),
+        Some(v) => Some(super::compact::decode_message(&v)?),
         None => None,
     };
     if message
@@ -241,7 +241,11 @@ fn delete_message(
         st.discard_parked();
         st.open = false;
         st.closed = kind == InputKind::Chunk;
-        w.put(Space::Streams, skey.clone(), to_bytes("streams", &st)?);
+        w.put(
+            Space::Streams,
+            skey.clone(),
+            super::compact::encode_stream(&st),
+        );
         w.delete(Space::Live, skey.clone());
         tombstoned.push(skey);
     }

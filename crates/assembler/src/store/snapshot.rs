@@ -2,7 +2,6 @@
 //! and argument text) and converted by [`crate::core::snapshot`].
 
 use super::inner::Inner;
-use super::records::from_bytes;
 use super::txn::load_args;
 use crate::core::snapshot::to_snapshot;
 use crate::core::MessageState;
@@ -12,7 +11,7 @@ use crate::storage::{Space, Storage};
 use chunk_model::MessageSnapshot;
 
 fn stored(storage: &dyn Storage, mkey: &[u8], bytes: &[u8]) -> Result<MessageState, StoreError> {
-    let mut m: MessageState = from_bytes("messages", bytes)?;
+    let mut m = super::compact::decode_message(bytes)?;
     load_args(storage, mkey, &mut m)?;
     Ok(m)
 }

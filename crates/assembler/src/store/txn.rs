@@ -2,8 +2,9 @@
 //! atomically at the end. If anything fails before or during the commit, the caller marks
 //! the cache stale (it is rebuilt from storage, which the failed unit did not change).
 
+use super::compact;
 use super::inner::Inner;
-use super::records::{from_bytes, to_bytes};
+use super::records::to_bytes;
 use crate::core::{ArgOp, MessagePhase, MessageState, StreamState};
 use crate::error::StoreError;
 use crate::hash::{FastMap, FastSet};
@@ -84,7 +85,7 @@ impl<'a> Txn<'a> {
         }
         if !self.inner.streams.contains_key(key) {
             let st = match self.storage.get(Space::Streams, key)? {
-                Some(v) => from_bytes("streams", &v)?,
+                Some(v) => compact::decode_stream(&v)?,
                 None => StreamState::default(),
             };
             self.inner.streams.insert(key.to_vec(), st);
@@ -111,7 +112,7 @@ impl<'a> Txn<'a> {
         let Some(v) = self.storage.get(Space::Messages, mkey)? else {
             return Ok(false);
         };
-        let mut m: MessageState = from_bytes("messages", &v)?;
+        let mut m = compact::decode_message(&v)?;
         if m.calls.iter().any(|c| c.pieces > 0 && c.args_len == 0) {
             // written before records counted their text (`args_len`): count it once
             load_args(self.storage, mkey, &mut m)?;
@@ -401,7 +402,7 @@ impl<'a> Txn<'a> {
         for key in &self.dirty_streams {
             if let Some(st) = self.inner.streams.get(key) {
                 self.writes
-                    .put(Space::Streams, key.clone(), to_bytes("streams", st)?);
+                    .put(Space::Streams, key.clone(), compact::encode_stream(st));
                 let live = st.open || st.parked > 0;
                 let was_live = self.inner.open.contains(key) || self.inner.gapped.contains(key);
                 if live && !was_live {
@@ -414,7 +415,7 @@ impl<'a> Txn<'a> {
         for key in &self.dirty_messages {
             if let Some(m) = self.inner.messages.get(key) {
                 self.writes
-                    .put(Space::Messages, key.clone(), to_bytes("messages", m)?);
+                    .put(Space::Messages, key.clone(), compact::encode_message(m)?);
             }
         }
         if self.rows > 0 {
