@@ -69,7 +69,7 @@ pub struct Config {
     pub retention_max_messages: usize,
     /// Memory sled may use for its page cache, in bytes (default 64 MiB; sled's own default
     /// is 1 GiB). The argument text of open calls lives in the store, not in the process's
-    /// memory, so this (plus the write-back buffer, see
+    /// memory, so this (plus the storage's layers of writes, see
     /// [`crate::storage::sled_backend::MATERIALIZE_BYTES`] and
     /// [`crate::storage::sled_backend::SPILL_BYTES`]) bounds what stored data costs in RAM;
     /// a larger cache only saves disk reads.

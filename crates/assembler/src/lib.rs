@@ -44,10 +44,11 @@
 //!   - `store::tick`, `store::snapshot`, `store::txn` (a unit of work), `store::inner`
 //!     (cache and timer indexes, rebuilt from storage), [`store::records`].
 //! - [`storage`] — the storage seam with its written contract (what `commit` makes atomic,
-//!   what only `flush` makes durable); [`storage::sled_backend`] (one sled tree, a write-back
-//!   buffer that each flush logs as one record and every 64th flush applies to the keyspaces
-//!   as one atomic batch; maps sled's errors to [`StoreError`]) and
-//!   [`storage::memory`].
+//!   what only `flush` makes durable); [`storage::sled_backend`] (one sled tree behind
+//!   in-memory layers of writes: `layer` — the layers and the log entries commits write as
+//!   they go; `wal` — the flush log's segment files, one append and one `fdatasync` per flush;
+//!   `materialize` — a frozen layer written to sled in the background every 64th flush; maps
+//!   sled's errors to [`StoreError`]) and [`storage::memory`].
 //! - [`keys`] — byte keys whose order is the wanted order.
 //! - `hash` — the keyed, cheap hash maps and sets of the apply path.
 //! - [`config`] — [`Config`]: limits and timeouts, documented defaults.

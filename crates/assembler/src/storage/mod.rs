@@ -14,9 +14,10 @@
 //!   wanted order.
 //!
 //! Two implementations: [`sled_backend::SledStorage`] (every keyspace in one sled tree under a
-//! one-byte prefix; commits go to a write-back buffer that `flush` logs as one atomic sled
-//! batch, then `Db::flush`, and every 64th flush applies to the keyspaces) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex, flush is
-//! a no-op and nothing survives a drop) for tests.
+//! one-byte prefix, behind in-memory layers of writes; commits log what they change as they
+//! go, `flush` appends that to a log file of its own and syncs it, and sled is written in the
+//! background, every 64th flush) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex,
+//! flush is a no-op and nothing survives a drop) for tests.
 
 pub mod memory;
 pub mod sled_backend;

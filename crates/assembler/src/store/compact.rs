@@ -6,7 +6,8 @@
 //! formats every number: ~9,500 instructions per fragment in `completion_cost`). This form is
 //! varints and length-prefixed strings in a fixed field order, written and read field by field.
 //!
-//! Where it lives: the write-back buffer and the flush log (what commits and flushes write).
+//! Where it lives: the storage's layers of writes and its flush log (what commits and flushes
+//! write).
 //! What is at rest in sled's keyspaces, and what a checkpoint holds, stays JSON
 //! ([`at_rest`]): a store settled by a clean stop is read by every earlier release as before,
 //! and a checkpoint by every worker of a rolling upgrade. Readers take both forms

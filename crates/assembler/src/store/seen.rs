@@ -7,7 +7,8 @@
 //! a message keeps its fingerprints until retention deletes it. One key per chunk was more
 //! than half of a completed message's keys; packed, a stream of up to [`GROUP`] numbers has
 //! one. The rewrite of a group per input is small (at most [`GROUP`] × 9 bytes) and the
-//! write-back buffer collapses the rewrites of one batch into one sled write.
+//! storage logs a rewrite as a patch of the value it replaces and writes sled once per key
+//! and window (`storage::sled_backend`).
 //!
 //! Value: entries of 9 bytes, `slot` (the number modulo [`GROUP`]) then the fingerprint
 //! (u64, big-endian), sorted by slot, one per slot. A later fingerprint for a slot replaces

@@ -2,9 +2,9 @@
 //! is parsed and applied (committed, not yet durable) as soon as it is fetched; one flush at a
 //! time runs on the blocking pool, and it takes every batch applied before it began. Batches
 //! applied while a flush runs wait for the next one, which starts the moment the running one
-//! returns. So under a backlog a flush covers everything fetched during the one before (the
-//! write-back buffer collapses a stream's many state rewrites into one sled write), and when
-//! input is sparse every batch gets its own flush at once.
+//! returns. So under a backlog a flush covers everything fetched during the one before (one
+//! append to the store's flush log and one `fdatasync` for all of them), and when input is
+//! sparse every batch gets its own flush at once.
 //!
 //! A batch is settled (acked) only after a flush that began after its last commit returned:
 //! acks never run ahead of durability. A redelivered message (or, on a leased partition, one an

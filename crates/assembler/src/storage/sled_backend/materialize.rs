@@ -1,0 +1,226 @@
+//! Materializing a frozen layer: writing it to sled's keyspaces, then letting go of the flush
+//! log that held it (see the module docs of `super`).
+//!
+//! The layer goes to sled in batches of [`MATERIALIZE_BATCH_WRITES`] writes (sled keeps every
+//! leaf version an insert replaces until its batch ends, so one batch for a layer spanning
+//! 100,000 streams held ~250 MiB more at its peak, `open_streams_memory open 100000 100`).
+//! Those batches only write keys the frozen layer holds, with the values it holds: readers
+//! look in the layer first, so they read the same before, during and after. The writes to
+//! keys the layer does not hold (a stored argument piece extended with the layer's run of
+//! pieces, see [`stored_piece_to_extend`]), the deletion of an earlier release's log records
+//! and the **marker** (the window materialized through) go in one last batch, applied under
+//! the state lock together with the layer's removal: no reader sees a piece extended while
+//! the layer still holds the run. Then sled is flushed, and only then are the window's
+//! segments removed: at every moment, sled plus the segments after its marker hold every
+//! flushed commit.
+
+use super::layer::{piece_of, Writes};
+use super::{lock, Shared, EXTEND_STORED_MAX, MARKER_KEY};
+use crate::error::StoreError;
+use crate::storage::{Pair, Space};
+use std::borrow::Cow;
+
+/// Writes applied to sled per batch (a few in unit tests, so that they cross batches).
+pub(super) const MATERIALIZE_BATCH_WRITES: usize = if cfg!(test) { 3 } else { 512 };
+
+/// A layer frozen for materialization: read beneath the active layer until sled holds it.
+#[derive(Debug)]
+pub(super) struct Frozen {
+    pub writes: Writes,
+    /// The last window whose commits it holds (the marker written with it).
+    pub window: u64,
+    /// Keys of an earlier release's log records in sled that it holds (deleted with it).
+    pub legacy: Vec<Vec<u8>>,
+}
+
+/// Writes `frozen` to sled and lets go of it (see the module docs). On an error the layer
+/// stays where it is, readable, and the log still holds it: nothing is lost, and the next
+/// flush tries again.
+pub(super) fn run(shared: &Shared, frozen: &Frozen) -> Result<(), StoreError> {
+    let (batches, mut last) = batches_of(shared, &frozen.writes)?;
+    let regular = batches.len();
+    for (index, batch) in batches.into_iter().enumerate() {
+        shared.fail_before_batch(index, false)?;
+        shared.tree.apply_batch(batch)?;
+    }
+    shared.fail_before_batch(regular, true)?;
+    for key in &frozen.legacy {
+        last.remove(key.as_slice());
+    }
+    last.insert(MARKER_KEY, &frozen.window.to_be_bytes());
+    {
+        let mut st = lock(&shared.state);
+        shared.tree.apply_batch(last)?;
+        st.frozen = None;
+        st.frozen_records = 0;
+        st.phase = super::Phase::Idle;
+    }
+    shared.materialized.notify_all();
+    shared.db.flush()?;
+    super::wal::remove_through(&shared.wal_dir, frozen.window)
+}
+
+/// A run of argument pieces being joined: the key written, the last piece number, the text,
+/// whether the key is a stored piece's (extended, so it goes in the last batch), and the
+/// buffered keys folded into it.
+type Run = (Vec<u8>, u32, Vec<u8>, bool, Vec<Vec<u8>>);
+
+/// `writes` as sled batches of at most [`MATERIALIZE_BATCH_WRITES`] writes to keys it holds,
+/// and a last batch with the writes to keys it does not hold (stored argument pieces
+/// extended).
+///
+/// A run of consecutive argument pieces of one call is written as its first piece holding
+/// their concatenation (see [`Space::Args`]): one sled write instead of one per fragment. A
+/// run that continues a call already in sled is appended to the call's last stored piece
+/// ([`stored_piece_to_extend`]), so a call streamed over many windows keeps one key. The keys
+/// folded into a run are removed from sled (they hold nothing there, unless a replace left an
+/// older piece under the same number, whose text would otherwise be read after the run's:
+/// `flush_log_review_2.rs`). Values go in their form at rest ([`Shared::rest_form`]).
+fn batches_of(
+    shared: &Shared,
+    writes: &Writes,
+) -> Result<(Vec<sled::Batch>, sled::Batch), StoreError> {
+    let mut batch = Batches::default();
+    let mut run: Option<Run> = None;
+    let mut prev: Option<&[u8]> = None;
+    for (k, v) in writes.iter() {
+        let piece = piece_of(k);
+        if let (Some((first_key, last, text, _, folded)), Some((prefix, n)), Some(bytes)) =
+            (run.as_mut(), piece, v.as_ref())
+        {
+            if first_key.len() == k.len()
+                && first_key.starts_with(prefix)
+                && last.checked_add(1) == Some(n)
+            {
+                *last = n;
+                text.extend_from_slice(bytes);
+                folded.push(k.clone());
+                prev = Some(k.as_slice());
+                continue;
+            }
+        }
+        if let Some(run) = run.take() {
+            batch.run(run);
+        }
+        match (v, piece) {
+            (Some(v), Some((prefix, n))) => {
+                let follows_buffered =
+                    prev.is_some_and(|p| p.len() == k.len() && p.starts_with(prefix));
+                let stored = match follows_buffered {
+                    true => None,
+                    false => stored_piece_to_extend(shared, k, prefix, n)?,
+                };
+                run = Some(match stored {
+                    Some((key, mut text)) => {
+                        text.extend_from_slice(v);
+                        (key, n, text, true, vec![k.clone()])
+                    }
+                    None => (k.clone(), n, v.clone(), false, Vec::new()),
+                });
+            }
+            (Some(v), None) => match shared.rest_form(k, v)? {
+                Cow::Borrowed(v) => batch.insert(k.as_slice(), v, false),
+                Cow::Owned(v) => batch.insert(k.as_slice(), v, false),
+            },
+            (None, _) => batch.remove(k.as_slice()),
+        }
+        prev = Some(k.as_slice());
+    }
+    if let Some(run) = run.take() {
+        batch.run(run);
+    }
+    Ok(batch.finish())
+}
+
+/// For a buffered argument piece `key` (piece `n` > 0 of the call `prefix`) that no buffered
+/// write of the same call precedes: the call's last piece in sled and its value, when that
+/// value is small enough to be rewritten with the new pieces appended ([`EXTEND_STORED_MAX`]).
+///
+/// Readers concatenate a call's pieces in key order and tolerate gaps in piece numbers, and
+/// piece numbers only grow until a replace (which deletes the old pieces; a buffered delete
+/// of the same call precedes the key then, and nothing is extended). So sled's last piece of
+/// the call ends its stored text, and the new pieces continue it. Why: a call whose fragments
+/// arrive in different windows otherwise leaves one sled key per window, which the end of its
+/// message reads back one by one and deletes one by one.
+fn stored_piece_to_extend(
+    shared: &Shared,
+    key: &[u8],
+    prefix: &[u8],
+    n: u32,
+) -> Result<Option<Pair>, StoreError> {
+    if n == 0 {
+        return Ok(None);
+    }
+    let Some((stored_key, value)) = shared.tree.get_lt(key)? else {
+        return Ok(None);
+    };
+    if stored_key.len() != key.len()
+        || !stored_key.starts_with(prefix)
+        || value.len() > EXTEND_STORED_MAX
+    {
+        return Ok(None);
+    }
+    Ok(Some((stored_key.to_vec(), value.to_vec())))
+}
+
+/// A materialization's sled batches (see [`batches_of`]).
+#[derive(Default)]
+struct Batches {
+    full: Vec<sled::Batch>,
+    current: sled::Batch,
+    len: usize,
+    last: sled::Batch,
+}
+
+impl Batches {
+    /// Sets `key`; `unbuffered` when the layer does not hold `key` (then it goes last).
+    fn insert(
+        &mut self,
+        key: impl Into<sled::IVec>,
+        value: impl Into<sled::IVec>,
+        unbuffered: bool,
+    ) {
+        match unbuffered {
+            true => self.last.insert(key, value),
+            false => {
+                self.current.insert(key, value);
+                self.counted();
+            }
+        }
+    }
+
+    fn remove(&mut self, key: impl Into<sled::IVec>) {
+        self.current.remove(key);
+        self.counted();
+    }
+
+    /// A finished run: its joined text under its key, the keys folded into it removed.
+    fn run(&mut self, (key, _, text, stored, folded): Run) {
+        self.insert(key, text, stored);
+        for key in folded {
+            self.remove(key);
+        }
+    }
+
+    fn counted(&mut self) {
+        self.len += 1;
+        if self.len >= MATERIALIZE_BATCH_WRITES {
+            self.full.push(std::mem::take(&mut self.current));
+            self.len = 0;
+        }
+    }
+
+    fn finish(mut self) -> (Vec<sled::Batch>, sled::Batch) {
+        if self.len > 0 {
+            self.full.push(self.current);
+        }
+        (self.full, self.last)
+    }
+}
+
+/// The keyspace of a prefixed key.
+pub(super) fn space_of(key: &[u8]) -> Option<Space> {
+    key.first()
+        .and_then(|b| Space::ALL.get(usize::from(*b)))
+        .copied()
+}
