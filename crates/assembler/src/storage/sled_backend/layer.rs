@@ -198,6 +198,16 @@ impl Layer {
     }
 }
 
+/// The entries of `writes` whose keys start with `prefix`, in key order.
+pub(super) fn range<'a>(
+    writes: &'a Writes,
+    prefix: &'a [u8],
+) -> impl Iterator<Item = (&'a Vec<u8>, &'a Option<Vec<u8>>)> + 'a {
+    writes
+        .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+        .take_while(move |(k, _)| k.starts_with(prefix))
+}
+
 /// For a prefixed [`Space::Args`] key: (the call's prefix, piece number).
 pub(super) fn piece_of(key: &[u8]) -> Option<(&[u8], u32)> {
     if key.first() != Some(&(Space::Args as u8)) || key.len() < 5 {

@@ -623,64 +623,52 @@ impl SledStorage {
         let full = prefixed(space, prefix);
         let st = self.shared.state();
         let frozen = st.frozen.clone();
-        let layer = |w: &'_ layer::Writes| {
-            w.range::<[u8], _>((
-                std::ops::Bound::Included(full.as_slice()),
-                std::ops::Bound::Unbounded,
-            ))
-            .take_while(|(k, _)| k.starts_with(&full))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<VecDeque<_>>()
-        };
-        let mut active = layer(&st.active.writes);
-        let mut below = frozen
-            .as_ref()
-            .map(|f| layer(&f.writes))
-            .unwrap_or_default();
+        let empty = layer::Writes::new();
+        let mut active = layer::range(&st.active.writes, &full).peekable();
+        let mut below =
+            layer::range(frozen.as_ref().map_or(&empty, |f| &f.writes), &full).peekable();
         let mut tree = self.shared.tree.scan_prefix(&full).peekable();
         let mut out = Vec::new();
         while out.len() < limit {
-            let tree_key = match tree.peek() {
-                Some(Ok((k, _))) => Some(k.to_vec()),
-                Some(Err(_)) => {
-                    if let Some(Err(e)) = tree.next() {
-                        return Err(e.into());
-                    }
-                    continue;
+            if let Some(Err(_)) = tree.peek() {
+                if let Some(Err(e)) = tree.next() {
+                    return Err(e.into());
                 }
-                None => None,
+            }
+            let tree_key = match tree.peek() {
+                Some(Ok((k, _))) => Some(k.as_ref()),
+                _ => None,
             };
             // the smallest key of the three; the upper layer's entry wins
-            let smallest = [
-                active.front().map(|(k, _)| k.as_slice()),
-                below.front().map(|(k, _)| k.as_slice()),
-                tree_key.as_deref(),
+            let Some(key) = [
+                active.peek().map(|(k, _)| k.as_slice()),
+                below.peek().map(|(k, _)| k.as_slice()),
+                tree_key,
             ]
             .into_iter()
             .flatten()
             .min()
-            .map(<[u8]>::to_vec);
-            let Some(key) = smallest else {
+            .map(<[u8]>::to_vec) else {
                 break;
             };
-            let from_active = active.front().filter(|(k, _)| *k == key).is_some();
-            let from_below = below.front().filter(|(k, _)| *k == key).is_some();
-            let from_tree = tree_key.as_deref() == Some(key.as_slice());
-            let mut value = None;
-            if from_tree {
-                if let Some(item) = tree.next() {
-                    let (_, v) = item?;
-                    value = Some(v.to_vec());
+            let mut value: Option<Cow<'_, [u8]>> = None;
+            if tree_key == Some(key.as_slice()) {
+                if let Some(Ok((_, v))) = tree.next() {
+                    value = Some(Cow::Owned(v.to_vec()));
                 }
             }
-            if from_below {
-                value = below.pop_front().and_then(|(_, v)| v);
+            if below.peek().is_some_and(|(k, _)| **k == key) {
+                value = below
+                    .next()
+                    .and_then(|(_, v)| v.as_deref().map(Cow::Borrowed));
             }
-            if from_active {
-                value = active.pop_front().and_then(|(_, v)| v);
+            if active.peek().is_some_and(|(k, _)| **k == key) {
+                value = active
+                    .next()
+                    .and_then(|(_, v)| v.as_deref().map(Cow::Borrowed));
             }
             if let Some(v) = value {
-                out.push((key.get(1..).unwrap_or_default().to_vec(), v));
+                out.push((key.get(1..).unwrap_or_default().to_vec(), v.into_owned()));
             }
         }
         Ok(out)
@@ -714,14 +702,7 @@ impl Storage for SledStorage {
         let prefix = [space as u8];
         let layered = {
             let st = self.shared.state();
-            let held = |w: &layer::Writes| {
-                w.range::<[u8], _>((
-                    std::ops::Bound::Included(&prefix[..]),
-                    std::ops::Bound::Unbounded,
-                ))
-                .next()
-                .is_some_and(|(k, _)| k.starts_with(&prefix))
-            };
+            let held = |w: &layer::Writes| layer::range(w, &prefix).next().is_some();
             held(&st.active.writes) || st.frozen.as_ref().is_some_and(|f| held(&f.writes))
         };
         if layered {
