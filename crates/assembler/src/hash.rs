@@ -1,4 +1,4 @@
-//! The hash maps and sets of the apply path, keyed by stream, message and storage keys.
+//! The hash maps of the apply path, keyed by stream, message and storage keys.
 //!
 //! std's SipHash cost ~240 instructions per lookup of a stream key, ~18 lookups per input
 //! (callgrind over `benches/examples/completion_cost.rs`): a tenth of an input's apply.
@@ -7,6 +7,3 @@
 
 /// A hash map of the apply path.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
-
-/// A hash set of the apply path.
-pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;

@@ -374,7 +374,7 @@ fn apply_chunk(
             let mkey = keys::message(item.conv, &msg);
             let mut out = StepOutput::default();
             // (a chunk with no events still makes its message)
-            txn.message_or_new(item.conv, &msg, Some(provider))?;
+            txn.message_or_new_at(&mkey, item.conv, &msg, Some(provider))?;
             for ev in events {
                 // loaded and marked to be written above: only looked up from here on
                 let needs_text = core::step::needs_text(txn.loaded_message(&mkey)?, &ev, &limits);
@@ -390,7 +390,7 @@ fn apply_chunk(
     for (k, out) in steps {
         after_end |= out.after_end;
         let msg = choice_message(item.msg, k);
-        after_step_of(txn, item.conv, &msg, item.msg, out, Some(item), now)?;
+        after_step_of(txn, item.conv, &msg, (item.msg, skey), out, Some(item), now)?;
     }
     if after_end {
         return Ok(dead_letter(
@@ -431,7 +431,7 @@ pub(crate) fn after_step_of(
     txn: &mut Txn<'_>,
     conv: &str,
     msg: &str,
-    stream_msg: &str,
+    (stream_msg, skey): (&str, &[u8]),
     out: StepOutput,
     item: Option<&Item<'_>>,
     now: u64,
@@ -452,12 +452,12 @@ pub(crate) fn after_step_of(
     }
     stream_results(txn, item, conv, msg, out.results, now)?;
     if txn
-        .message_mut(conv, msg)?
+        .message_at(&mkey)?
         .is_some_and(|m| m.phase == core::MessagePhase::Ended)
     {
         release_on_end(txn, conv, msg)?;
     }
-    let done = match txn.message_mut(conv, msg)? {
+    let done = match txn.message_at(&mkey)? {
         Some(m) => {
             if m.phase == core::MessagePhase::Ended && m.calls.iter().any(|c| c.needs_text()) {
                 return Err(text_missing());
@@ -482,15 +482,15 @@ pub(crate) fn after_step_of(
         );
         txn.inner.note_completed();
     }
-    let skey = keys::stream(InputKind::Chunk, conv, stream_msg);
     let mut open = false;
-    for k in 0..txn.stream(&skey)?.choice_count() {
-        let choice = choice_message(stream_msg, k);
-        open |= txn
-            .message_mut(conv, &choice)?
-            .is_some_and(|m| m.phase != core::MessagePhase::Completed);
+    for k in 0..txn.stream(skey)?.choice_count() {
+        let m = match (k, msg == stream_msg) {
+            (0, true) => txn.message_at(&mkey)?,
+            _ => txn.message_mut(conv, &choice_message(stream_msg, k))?,
+        };
+        open |= m.is_some_and(|m| m.phase != core::MessagePhase::Completed);
     }
-    txn.stream_mut(&skey)?.open = open;
+    txn.stream_mut(skey)?.open = open;
     Ok(())
 }
 

@@ -82,7 +82,8 @@ pub(crate) fn end_stream(
         txn.hold_text(&keys::message(conv, &choice))?;
         let m = txn.message_or_new(conv, &choice, provider)?;
         core::step::abandon(m, reason, &mut out);
-        after_step_of(txn, conv, &choice, msg, out, None, now)?;
+        let chunk_stream = keys::stream(InputKind::Chunk, conv, msg);
+        after_step_of(txn, conv, &choice, (msg, &chunk_stream), out, None, now)?;
     }
     Ok(())
 }

@@ -33,6 +33,9 @@ pub(crate) struct Inner {
     pub gapped: BTreeSet<Vec<u8>>,
     /// Results waiting for their call: (conversation, call id) → arrival time.
     pub pending: BTreeMap<(String, String), u64>,
+    /// The group of fingerprints each live stream is filling, as last committed
+    /// (`store::seen`).
+    pub seen: super::seen::Cache,
     /// Next outbox key.
     pub outbox_next: u64,
     /// Next message order number.
@@ -77,6 +80,7 @@ impl Inner {
             open: BTreeSet::new(),
             gapped: BTreeSet::new(),
             pending: BTreeMap::new(),
+            seen: Default::default(),
             outbox_next: 0,
             order_next: 0,
             retained: Retained::default(),
@@ -88,7 +92,7 @@ impl Inner {
             };
             let st = super::compact::decode_stream(&v)?;
             if st.open || st.parked > 0 {
-                inner.index_stream(&k, &st);
+                inner.index_stream(&k, st.open, st.parked);
                 inner.streams.insert(k, st);
             }
         }
@@ -114,15 +118,16 @@ impl Inner {
         self.retained.messages += 1;
     }
 
-    /// Updates the timer indexes for a stream's current state.
-    pub fn index_stream(&mut self, key: &[u8], st: &StreamState) {
+    /// Updates the timer indexes for a stream's current state (whether it is `open`, and
+    /// how many inputs it has `parked`).
+    pub fn index_stream(&mut self, key: &[u8], open: bool, parked: u64) {
         // (a lookup before an insert: most commits leave a stream as it was indexed)
-        if !st.open {
+        if !open {
             self.open.remove(key);
         } else if !self.open.contains(key) {
             self.open.insert(key.to_vec());
         }
-        if st.parked == 0 {
+        if parked == 0 {
             self.gapped.remove(key);
         } else if !self.gapped.contains(key) {
             self.gapped.insert(key.to_vec());

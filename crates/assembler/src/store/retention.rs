@@ -230,6 +230,7 @@ fn delete_message(
     let mut tombstoned = Vec::new();
     for kind in [InputKind::Chunk, InputKind::Result] {
         let skey = keys::stream(kind, conv, msg);
+        inner.seen.remove(&skey);
         for space in [Space::Parked, Space::Seen, Space::SeenSets] {
             for (k, _) in storage.scan_prefix(space, &skey)? {
                 w.delete(space, k);

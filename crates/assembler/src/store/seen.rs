@@ -16,12 +16,17 @@
 //!
 //! Stores written before this have per-number keys in [`Space::Seen`]; [`lookup`] still
 //! reads them (after the packed ones) and retention deletes both.
+//!
+//! The group an open stream is filling is kept in memory too ([`Cache`], in the store's
+//! `Inner`), so that noting a number is not a storage read: the cache holds what was last
+//! committed for the stream, and goes (with the rest of `Inner`) when a commit fails, and
+//! per stream when the stream leaves the cache of live streams or retention deletes it.
 
 use super::txn::Txn;
 use crate::error::StoreError;
+use crate::hash::FastMap;
 use crate::keys;
 use crate::storage::{Space, Storage, WriteSet};
-use std::collections::BTreeMap;
 
 /// Producer sequence numbers per packed value.
 pub const GROUP: u64 = 32;
@@ -29,8 +34,13 @@ pub const GROUP: u64 = 32;
 /// Bytes of one entry: slot, fingerprint.
 const ENTRY: usize = 9;
 
-/// Fingerprints noted by a unit of work and not yet written: group key → slot → fingerprint.
-pub(crate) type Staged = BTreeMap<Vec<u8>, BTreeMap<u8, u64>>;
+/// Fingerprints noted by a unit of work and not yet written, in order: (stream key, number,
+/// fingerprint). A unit notes one or a few.
+pub(crate) type Staged = Vec<(Vec<u8>, u64, u64)>;
+
+/// The last committed group of streams that noted a number: stream key → (group number,
+/// value). Bounded by the caller ([`write_staged`]'s `cap`).
+pub(crate) type Cache = FastMap<Vec<u8>, (u64, Vec<u8>)>;
 
 /// The key of the group holding `seq` of stream `skey`.
 fn group_key(skey: &[u8], seq: u64) -> Vec<u8> {
@@ -53,24 +63,39 @@ fn entries(value: &[u8]) -> impl Iterator<Item = (u8, u64)> + '_ {
 /// Notes that `seq` of stream `skey` was taken by an input with fingerprint `fp` (written by
 /// [`write_staged`] at the unit's commit).
 pub(crate) fn stage(staged: &mut Staged, skey: &[u8], seq: u64, fp: u64) {
-    staged
-        .entry(group_key(skey, seq))
-        .or_default()
-        .insert(slot(seq), fp);
+    staged.push((skey.to_vec(), seq, fp));
 }
 
 /// Adds the staged fingerprints to their stored groups (one put per group touched), patching
-/// each stored value in place: its entries are sorted by slot, one per slot.
+/// each stored value in place: its entries are sorted by slot, one per slot. The group's
+/// value comes from `cache` when it holds the stream's group, and goes back into it (which
+/// is emptied first when it holds `cap` streams).
 pub(crate) fn write_staged(
     storage: &dyn Storage,
-    staged: Staged,
+    cache: &mut Cache,
+    cap: usize,
+    mut staged: Staged,
     writes: &mut WriteSet,
 ) -> Result<(), StoreError> {
-    for (gkey, new) in staged {
-        let mut value = storage.get(Space::SeenSets, &gkey)?.unwrap_or_default();
+    // one pass per (stream, group), the numbers in the order noted
+    staged.sort_by(|(a, sa, _), (b, sb, _)| a.cmp(b).then((sa / GROUP).cmp(&(sb / GROUP))));
+    let mut rest = staged.as_slice();
+    while let Some(((skey, seq, _), _)) = rest.split_first() {
+        let group = seq / GROUP;
+        let n = rest
+            .iter()
+            .take_while(|(k, s, _)| k == skey && s / GROUP == group)
+            .count();
+        let (this, after) = rest.split_at(n);
+        rest = after;
+        let gkey = group_key(skey, *seq);
+        let mut value = match cache.get(skey.as_slice()) {
+            Some((g, v)) if *g == group => v.clone(),
+            _ => storage.get(Space::SeenSets, &gkey)?.unwrap_or_default(),
+        };
         // (a truncated tail entry is dropped, as `entries` ignores it)
         value.truncate(value.len() - value.len() % ENTRY);
-        for (s, fp) in new {
+        for (s, fp) in this.iter().map(|(_, seq, fp)| (slot(*seq), *fp)) {
             // the first entry at or after slot `s`, and whether it is slot `s`'s
             let at = value.chunks_exact(ENTRY).enumerate().find_map(|(i, e)| {
                 e.first()
@@ -84,6 +109,10 @@ pub(crate) fn write_staged(
                 None => value.extend(entry),
             }
         }
+        if cache.len() >= cap && !cache.contains_key(skey.as_slice()) {
+            cache.clear();
+        }
+        cache.insert(skey.clone(), (group, value.clone()));
         writes.put(Space::SeenSets, gkey, value);
     }
     Ok(())
@@ -94,10 +123,20 @@ pub(crate) fn write_staged(
 pub(crate) fn lookup(txn: &Txn<'_>, skey: &[u8], seq: u64) -> Result<Option<u64>, StoreError> {
     let gkey = group_key(skey, seq);
     let s = slot(seq);
-    if let Some(fp) = txn.staged_seen().get(&gkey).and_then(|g| g.get(&s)) {
+    // the latest noted in this unit
+    if let Some((_, _, fp)) = txn
+        .staged_seen()
+        .iter()
+        .rev()
+        .find(|(k, n, _)| k == skey && *n == seq)
+    {
         return Ok(Some(*fp));
     }
-    if let Some(v) = txn.storage.get(Space::SeenSets, &gkey)? {
+    let stored = match txn.inner.seen.get(skey) {
+        Some((g, v)) if *g == seq / GROUP => Some(v.clone()),
+        _ => txn.storage.get(Space::SeenSets, &gkey)?,
+    };
+    if let Some(v) = stored {
         if let Some((_, fp)) = entries(&v).find(|(e, _)| *e == s) {
             return Ok(Some(fp));
         }
@@ -113,10 +152,11 @@ pub(crate) fn lookup(txn: &Txn<'_>, skey: &[u8], seq: u64) -> Result<Option<u64>
 mod tests {
     use super::*;
     use crate::storage::memory::MemoryStorage;
+    use std::collections::BTreeMap;
 
     fn stored(storage: &MemoryStorage, staged: Staged) {
         let mut w = WriteSet::default();
-        write_staged(storage, staged, &mut w).unwrap();
+        write_staged(storage, &mut Cache::default(), 100, staged, &mut w).unwrap();
         storage.commit(w).unwrap();
     }
 
@@ -171,10 +211,18 @@ mod tests {
     }
 
     /// Groups are patched in place: fingerprints staged in any order, over several commits,
-    /// read back as the last one noted per number, with the value's entries sorted by slot.
+    /// read back as the last one noted per number, with the value's entries sorted by slot;
+    /// the same with the group cached between commits (and the cache emptied when full).
     #[test]
     fn patching_in_place_keeps_entries_sorted_whatever_order_numbers_come_in() {
+        for cap in [0, 1, 100] {
+            patch_in_place(cap);
+        }
+    }
+
+    fn patch_in_place(cap: usize) {
         let storage = MemoryStorage::new();
+        let mut cache = Cache::default();
         let mut model = BTreeMap::new();
         // a fixed permutation of 0..64 with repeats: inserts before, between and after stored
         // entries, and replacements
@@ -186,7 +234,23 @@ mod tests {
                 stage(&mut staged, b"s", seq, fp);
                 model.insert(seq, fp);
             }
-            stored(&storage, staged);
+            let mut w = WriteSet::default();
+            if cap == 0 {
+                cache.clear();
+            }
+            write_staged(&storage, &mut cache, cap.max(1), staged, &mut w).unwrap();
+            storage.commit(w).unwrap();
+            // another stream's group between: a cache of one holds it instead
+            let mut w = WriteSet::default();
+            write_staged(
+                &storage,
+                &mut cache,
+                cap.max(1),
+                vec![(b"o".to_vec(), commit as u64, 1)],
+                &mut w,
+            )
+            .unwrap();
+            storage.commit(w).unwrap();
         }
         for group in 0..2u64 {
             let value = storage
@@ -198,7 +262,7 @@ mod tests {
                 .range(group * GROUP..(group + 1) * GROUP)
                 .map(|(seq, fp)| (slot(*seq), *fp))
                 .collect();
-            assert_eq!(got, want, "group {group}");
+            assert_eq!(got, want, "group {group}, cache of {cap}");
         }
     }
 }

@@ -7,7 +7,7 @@ use super::inner::Inner;
 use super::records::to_bytes;
 use crate::core::{ArgOp, MessagePhase, MessageState, StreamState};
 use crate::error::StoreError;
-use crate::hash::{FastMap, FastSet};
+use crate::hash::FastMap;
 use crate::keys::{self, ResultTag};
 use crate::outbox::{OutboxEntry, OutboxKind};
 use crate::storage::{Space, Storage, Write, WriteSet};
@@ -25,11 +25,11 @@ pub(crate) struct Txn<'a> {
     /// Collected writes.
     pub writes: WriteSet,
     /// Streams changed by this unit.
-    dirty_streams: FastSet<Vec<u8>>,
+    dirty_streams: Keys,
     /// Streams read or changed by this unit (trimmed from the cache at commit).
-    touched_streams: FastSet<Vec<u8>>,
+    touched_streams: Keys,
     /// Messages changed by this unit.
-    dirty_messages: FastSet<Vec<u8>>,
+    dirty_messages: Keys,
     /// Outbox rows written.
     pub rows: usize,
     /// Events written.
@@ -49,9 +49,9 @@ impl<'a> Txn<'a> {
             inner,
             storage,
             writes: WriteSet::default(),
-            dirty_streams: FastSet::default(),
-            touched_streams: FastSet::default(),
-            dirty_messages: FastSet::default(),
+            dirty_streams: Keys::default(),
+            touched_streams: Keys::default(),
+            dirty_messages: Keys::default(),
             rows: 0,
             events: 0,
             order_moved: false,
@@ -80,9 +80,7 @@ impl<'a> Txn<'a> {
 
     /// The stream's state for reading (default when unknown), loaded into the cache.
     pub fn stream(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
-        if !self.touched_streams.contains(key) {
-            self.touched_streams.insert(key.to_vec());
-        }
+        self.touched_streams.note(key);
         if !self.inner.streams.contains_key(key) {
             let st = match self.storage.get(Space::Streams, key)? {
                 Some(v) => compact::decode_stream(&v)?,
@@ -98,9 +96,7 @@ impl<'a> Txn<'a> {
 
     /// The stream's state for changing: marked to be written.
     pub fn stream_mut(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
-        if !self.dirty_streams.contains(key) {
-            self.dirty_streams.insert(key.to_vec());
-        }
+        self.dirty_streams.note(key);
         self.stream(key)
     }
 
@@ -215,15 +211,16 @@ impl<'a> Txn<'a> {
         conv: &str,
         msg: &str,
     ) -> Result<Option<&mut MessageState>, StoreError> {
-        let mkey = keys::message(conv, msg);
-        if !self.load_message(&mkey)? {
+        self.message_at(&keys::message(conv, msg))
+    }
+
+    /// [`Txn::message_mut`] by the message's key (`keys::message`).
+    pub fn message_at(&mut self, mkey: &[u8]) -> Result<Option<&mut MessageState>, StoreError> {
+        if !self.load_message(mkey)? {
             return Ok(None);
         }
-        let m = self.inner.messages.get_mut(&mkey);
-        if !self.dirty_messages.contains(&mkey) {
-            self.dirty_messages.insert(mkey);
-        }
-        Ok(m)
+        self.dirty_messages.note(mkey);
+        Ok(self.inner.messages.get_mut(mkey))
     }
 
     /// The message, created (open, no calls) when unknown; marked to be written. A known
@@ -234,23 +231,31 @@ impl<'a> Txn<'a> {
         msg: &str,
         provider: Option<Provider>,
     ) -> Result<&mut MessageState, StoreError> {
-        let mkey = keys::message(conv, msg);
-        if !self.load_message(&mkey)? {
+        self.message_or_new_at(&keys::message(conv, msg), conv, msg, provider)
+    }
+
+    /// [`Txn::message_or_new`] with the message's key (`keys::message(conv, msg)`) at hand.
+    pub fn message_or_new_at(
+        &mut self,
+        mkey: &[u8],
+        conv: &str,
+        msg: &str,
+        provider: Option<Provider>,
+    ) -> Result<&mut MessageState, StoreError> {
+        if !self.load_message(mkey)? {
             let order = self.inner.order_next;
             self.inner.order_next += 1;
             self.order_moved = true;
             self.inner
                 .messages
-                .insert(mkey.clone(), MessageState::new(conv, msg, None, order));
-            self.inner.message_order.push_back(mkey.clone());
+                .insert(mkey.to_vec(), MessageState::new(conv, msg, None, order));
+            self.inner.message_order.push_back(mkey.to_vec());
         }
-        if !self.dirty_messages.contains(&mkey) {
-            self.dirty_messages.insert(mkey.clone());
-        }
+        self.dirty_messages.note(mkey);
         let needs_provider = self
             .inner
             .messages
-            .get(&mkey)
+            .get(mkey)
             .is_some_and(|m| m.provider.is_none());
         if let (true, Some(p)) = (needs_provider, provider) {
             self.results_put(
@@ -261,7 +266,7 @@ impl<'a> Txn<'a> {
         let m = self
             .inner
             .messages
-            .get_mut(&mkey)
+            .get_mut(mkey)
             .ok_or(StoreError::Corrupt {
                 space: "messages",
                 detail: "cache entry vanished".into(),
@@ -399,7 +404,7 @@ impl<'a> Txn<'a> {
     /// Serializes every changed stream and message and the counters, commits atomically,
     /// and trims the cache to what stays live. Returns (events, outbox rows).
     pub fn commit(mut self) -> Result<(usize, usize), StoreError> {
-        for key in &self.dirty_streams {
+        for key in self.dirty_streams.iter() {
             if let Some(st) = self.inner.streams.get(key) {
                 self.writes
                     .put(Space::Streams, key.clone(), compact::encode_stream(st));
@@ -412,7 +417,7 @@ impl<'a> Txn<'a> {
                 }
             }
         }
-        for key in &self.dirty_messages {
+        for key in self.dirty_messages.iter() {
             if let Some(m) = self.inner.messages.get(key) {
                 self.writes
                     .put(Space::Messages, key.clone(), compact::encode_message(m)?);
@@ -433,20 +438,29 @@ impl<'a> Txn<'a> {
             );
         }
         let seen = std::mem::take(&mut self.seen);
-        super::seen::write_staged(self.storage, seen, &mut self.writes)?;
+        let cap = self.inner.config.message_cache_entries;
+        super::seen::write_staged(
+            self.storage,
+            &mut self.inner.seen,
+            cap,
+            seen,
+            &mut self.writes,
+        )?;
         self.compact_completed_args()?;
         let writes = std::mem::take(&mut self.writes);
         self.storage.commit(writes)?;
         // Trim the cache to what stays live, and update the timer indexes.
-        for key in &self.touched_streams {
-            if let Some(st) = self.inner.streams.get(key).cloned() {
-                self.inner.index_stream(key, &st);
-                if !st.open && st.parked == 0 {
+        for key in self.touched_streams.iter() {
+            if let Some(st) = self.inner.streams.get(key) {
+                let (open, parked) = (st.open, st.parked);
+                self.inner.index_stream(key, open, parked);
+                if !open && parked == 0 {
                     self.inner.streams.remove(key);
+                    self.inner.seen.remove(key.as_slice());
                 }
             }
         }
-        for key in &self.dirty_messages {
+        for key in self.dirty_messages.iter() {
             let done = self.inner.messages.get(key).is_some_and(|m| {
                 m.phase == MessagePhase::Completed || (m.calls.is_empty() && m.provider.is_none())
             });
@@ -586,4 +600,27 @@ pub fn load_args(
         }
     }
     Ok(())
+}
+
+/// The keys a unit of work noted, each once, in the order noted: a unit touches one stream
+/// and one message or a few (a chunk's choices, a result's calls), so a search of a short list
+/// beats hashing every key at every lookup.
+#[derive(Debug, Default)]
+struct Keys(Vec<Vec<u8>>);
+
+impl Keys {
+    fn contains(&self, key: &[u8]) -> bool {
+        self.0.iter().any(|k| k.as_slice() == key)
+    }
+
+    /// Notes `key` (once).
+    fn note(&mut self, key: &[u8]) {
+        if !self.contains(key) {
+            self.0.push(key.to_vec());
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.0.iter()
+    }
 }
