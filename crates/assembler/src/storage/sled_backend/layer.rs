@@ -20,12 +20,14 @@
 //! whatever sled holds meanwhile.
 
 use crate::error::StoreError;
+use crate::hash::FastMap;
 use crate::storage::Space;
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::ops::Bound;
+use std::sync::Arc;
 
-/// Buffered writes: prefixed key → value (`None`: deleted).
-pub(super) type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+/// A prefixed key (keyspace byte, key), shared by a layer's map and its order.
+pub(super) type Key = Arc<[u8]>;
 
 pub(super) const TAG_PUT: u8 = 0;
 pub(super) const TAG_DELETE: u8 = 1;
@@ -33,71 +35,119 @@ pub(super) const TAG_APPEND: u8 = 2;
 pub(super) const TAG_FORGET: u8 = 3;
 pub(super) const TAG_PATCH: u8 = 4;
 
-/// Buffered writes and the bytes they hold (keys and values).
+/// Buffered writes (prefixed key → value, `None` a tombstone) and the bytes they hold (keys
+/// and values).
+///
+/// Found by key in a hash map, in order through a set of the same keys: every input rewrites
+/// its stream's state, its message's state and its fingerprint group, keys the layer already
+/// holds, and a lookup in an ordered map of a few thousand keys sharing long prefixes cost
+/// ~1,000 instructions of byte comparisons (a hash lookup ~100); order is needed only for
+/// new keys, scans and materializations.
 #[derive(Debug, Default)]
 pub(super) struct Layer {
-    pub writes: Writes,
+    values: FastMap<Key, Option<Vec<u8>>>,
+    order: BTreeSet<Key>,
+    /// The latest argument piece written here of each call (the piece key's prefix): where
+    /// its next piece is appended ([`Layer::put`]).
+    latest_piece: FastMap<Key, Key>,
     pub bytes: usize,
 }
 
 impl Layer {
-    /// Sets `key` to `value` and appends the entry that does the same to `log`: an append to
-    /// the call's latest buffered argument piece when `key` is the piece after it, else a
-    /// patch of the value buffered at `key` when that is shorter, else the value whole.
-    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>, log: &mut Vec<u8>) {
-        let Some(value) = self.append_to_piece(&key, value, log) else {
+    /// The entry at `key` (prefixed): `Some(None)` a tombstone.
+    pub fn get(&self, key: &[u8]) -> Option<&Option<Vec<u8>>> {
+        self.values.get(key)
+    }
+
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.values.contains_key(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Every entry, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Option<Vec<u8>>)> + '_ {
+        self.order
+            .iter()
+            .filter_map(|k| self.values.get(k).map(|v| (&k[..], v)))
+    }
+
+    /// The entries whose keys start with `prefix`, in key order.
+    pub fn range<'a>(
+        &'a self,
+        prefix: &'a [u8],
+    ) -> impl Iterator<Item = (&'a [u8], &'a Option<Vec<u8>>)> + 'a {
+        self.order
+            .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(move |k| k.starts_with(prefix))
+            .filter_map(|k| self.values.get(k).map(|v| (&k[..], v)))
+    }
+
+    /// Sets `key` (prefixed) to `value` and appends the entry that does the same to `log`: an
+    /// append to the call's latest argument piece here when `key` is a later piece of it,
+    /// else a patch of the value here at `key` when that is shorter, else the value whole.
+    pub fn put(&mut self, key: &[u8], value: Vec<u8>, log: &mut Vec<u8>) {
+        let Some(value) = self.append_to_piece(key, value, log) else {
             return;
         };
-        let (key_len, new_len) = (key.len(), value.len());
-        match self.writes.entry(key) {
-            std::collections::btree_map::Entry::Occupied(mut o) => {
-                let old_len = o.get().as_ref().map_or(0, Vec::len);
-                match o.get().as_deref().and_then(|base| patch_of(base, &value)) {
+        let new_len = value.len();
+        match self.values.get_mut(key) {
+            Some(old) => {
+                let old_len = old.as_ref().map_or(0, Vec::len);
+                match old.as_deref().and_then(|base| patch_of(base, &value)) {
                     Some((prefix, suffix, middle)) => {
-                        entry(log, TAG_PATCH, o.key());
+                        entry(log, TAG_PATCH, key);
                         log.extend_from_slice(&prefix.to_be_bytes());
                         log.extend_from_slice(&suffix.to_be_bytes());
                         put_field(log, middle);
                     }
                     None => {
-                        entry(log, TAG_PUT, o.key());
+                        entry(log, TAG_PUT, key);
                         put_field(log, &value);
                     }
                 }
-                *o.get_mut() = Some(value);
+                *old = Some(value);
                 self.bytes = (self.bytes + new_len).saturating_sub(old_len);
             }
-            std::collections::btree_map::Entry::Vacant(v) => {
-                entry(log, TAG_PUT, v.key());
+            None => {
+                entry(log, TAG_PUT, key);
                 put_field(log, &value);
-                v.insert(Some(value));
-                self.bytes += key_len + new_len;
+                self.insert_new(key, Some(value));
             }
         }
+        self.note_piece(key);
     }
 
-    /// Deletes `key` and appends the entry that does the same to `log`. With
-    /// `nothing_below` (no layer below this one and not sled holds `key`), a value buffered
-    /// here is dropped instead of covered by a tombstone: every outbox row the relay deletes,
-    /// say, would otherwise stay here as a tombstone that every scan of its keyspace walks
-    /// past.
-    pub fn delete(&mut self, key: Vec<u8>, nothing_below: bool, log: &mut Vec<u8>) {
-        if nothing_below && matches!(self.writes.get(&key), Some(Some(_))) {
-            entry(log, TAG_FORGET, &key);
-            self.forget(&key);
+    /// Deletes `key` (prefixed) and appends the entry that does the same to `log`. With
+    /// `nothing_below` (no layer below this one and not sled holds `key`), a value held here
+    /// is dropped instead of covered by a tombstone: every outbox row the relay deletes, say,
+    /// would otherwise stay here as a tombstone that every scan of its keyspace walks past.
+    pub fn delete(&mut self, key: &[u8], nothing_below: bool, log: &mut Vec<u8>) {
+        if nothing_below && matches!(self.values.get(key), Some(Some(_))) {
+            entry(log, TAG_FORGET, key);
+            self.forget(key);
         } else {
-            entry(log, TAG_DELETE, &key);
+            entry(log, TAG_DELETE, key);
             self.set(key, None);
+            self.note_piece(key);
         }
     }
 
-    /// Appends `value` (the argument piece at `key`) to the call's latest piece buffered here,
-    /// if there is one, logging the append; otherwise hands `value` back.
+    /// Appends `value` (the argument piece at `key`) to the call's latest piece here, when
+    /// that holds text and comes before `key`, logging the append; otherwise hands `value`
+    /// back.
     ///
     /// Readers concatenate a call's pieces in key order and tolerate gaps in piece numbers,
     /// and a call's piece numbers only grow until a replace (which deletes the old pieces
-    /// first): so the latest piece buffered here ends the call's text, and the new one
-    /// continues it. A tiny fragment then costs an append, not a key of its own.
+    /// first, tombstones over every layer below): so the latest piece written here ends the
+    /// call's text, and the new one continues it. A tiny fragment then costs an append, not
+    /// a key of its own.
     fn append_to_piece(
         &mut self,
         key: &[u8],
@@ -110,15 +160,15 @@ impl Layer {
         if n == 0 {
             return Some(value);
         }
-        let before = self
-            .writes
-            .range_mut::<[u8], _>((Bound::Unbounded, Bound::Excluded(key)))
-            .next_back();
-        match before {
-            Some((last_key, Some(text)))
-                if last_key.len() == key.len() && last_key.starts_with(prefix) =>
-            {
-                entry(log, TAG_APPEND, last_key);
+        let Some(latest) = self.latest_piece.get(prefix) else {
+            return Some(value);
+        };
+        if latest.len() != key.len() || &latest[..] >= key {
+            return Some(value);
+        }
+        match self.values.get_mut(latest) {
+            Some(Some(text)) => {
+                entry(log, TAG_APPEND, latest);
                 put_field(log, &value);
                 self.bytes += value.len();
                 text.extend_from_slice(&value);
@@ -128,23 +178,53 @@ impl Layer {
         }
     }
 
+    /// Remembers `key`, if it is an argument piece, as its call's latest piece written here.
+    fn note_piece(&mut self, key: &[u8]) {
+        let Some((prefix, _)) = piece_of(key) else {
+            return;
+        };
+        let Some((stored, _)) = self.values.get_key_value(key) else {
+            return;
+        };
+        let stored = Arc::clone(stored);
+        match self.latest_piece.get_mut(prefix) {
+            Some(latest) => *latest = stored,
+            None => {
+                self.latest_piece.insert(Arc::from(prefix), stored);
+            }
+        }
+    }
+
+    fn insert_new(&mut self, key: &[u8], value: Option<Vec<u8>>) {
+        let k: Key = Arc::from(key);
+        self.bytes += key.len() + value.as_ref().map_or(0, Vec::len);
+        self.order.insert(Arc::clone(&k));
+        self.values.insert(k, value);
+    }
+
     /// Buffers `value` at `key` without logging it, keeping `bytes` right.
-    fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
-        let key_len = key.len();
-        let new_len = value.as_ref().map_or(0, Vec::len);
-        match self.writes.insert(key, value) {
+    fn set(&mut self, key: &[u8], value: Option<Vec<u8>>) {
+        match self.values.get_mut(key) {
             Some(old) => {
                 let old_len = old.as_ref().map_or(0, Vec::len);
+                let new_len = value.as_ref().map_or(0, Vec::len);
+                *old = value;
                 self.bytes = (self.bytes + new_len).saturating_sub(old_len);
             }
-            None => self.bytes += key_len + new_len,
+            None => self.insert_new(key, value),
         }
     }
 
     fn forget(&mut self, key: &[u8]) {
-        if let Some(old) = self.writes.remove(key) {
+        if let Some(old) = self.values.remove(key) {
+            self.order.remove(key);
             let len = key.len() + old.as_ref().map_or(0, Vec::len);
             self.bytes = self.bytes.saturating_sub(len);
+            if let Some((prefix, _)) = piece_of(key) {
+                if self.latest_piece.get(prefix).is_some_and(|l| &l[..] == key) {
+                    self.latest_piece.remove(prefix);
+                }
+            }
         }
     }
 
@@ -155,7 +235,8 @@ impl Layer {
             let (key, rest) = take_field(rest)?;
             payload = match tag {
                 TAG_DELETE => {
-                    self.set(key.to_vec(), None);
+                    self.set(key, None);
+                    self.note_piece(key);
                     rest
                 }
                 TAG_FORGET => {
@@ -164,14 +245,15 @@ impl Layer {
                 }
                 TAG_PUT => {
                     let (value, rest) = take_field(rest)?;
-                    self.set(key.to_vec(), Some(value.to_vec()));
+                    self.set(key, Some(value.to_vec()));
+                    self.note_piece(key);
                     rest
                 }
                 TAG_PATCH => {
                     let (prefix, rest) = take_u32(rest)?;
                     let (suffix, rest) = take_u32(rest)?;
                     let (middle, rest) = take_field(rest)?;
-                    let Some(Some(value)) = self.writes.get_mut(key) else {
+                    let Some(Some(value)) = self.values.get_mut(key) else {
                         return Err(corrupt("a patch of a value the log does not hold"));
                     };
                     let old_len = value.len();
@@ -184,7 +266,7 @@ impl Layer {
                 }
                 TAG_APPEND => {
                     let (tail, rest) = take_field(rest)?;
-                    match self.writes.get_mut(key) {
+                    match self.values.get_mut(key) {
                         Some(Some(value)) => value.extend_from_slice(tail),
                         _ => return Err(corrupt("an append to a value the log does not hold")),
                     }
@@ -196,16 +278,6 @@ impl Layer {
         }
         Ok(())
     }
-}
-
-/// The entries of `writes` whose keys start with `prefix`, in key order.
-pub(super) fn range<'a>(
-    writes: &'a Writes,
-    prefix: &'a [u8],
-) -> impl Iterator<Item = (&'a Vec<u8>, &'a Option<Vec<u8>>)> + 'a {
-    writes
-        .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
-        .take_while(move |(k, _)| k.starts_with(prefix))
 }
 
 /// For a prefixed [`Space::Args`] key: (the call's prefix, piece number).
@@ -341,6 +413,13 @@ mod tests {
         (p, s)
     }
 
+    /// A layer's entries, in order (and so checked against its own order).
+    fn entries(layer: &Layer) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        let all: Vec<_> = layer.iter().map(|(k, v)| (k.to_vec(), v.clone())).collect();
+        assert_eq!(all.len(), layer.len(), "the order holds every key");
+        all
+    }
+
     fn args_key(call: u8, piece: u32) -> Vec<u8> {
         let mut k = vec![Space::Args as u8, b'm', call];
         k.extend_from_slice(&piece.to_be_bytes());
@@ -380,16 +459,15 @@ mod tests {
                     _ => vec![Space::Streams as u8, call],
                 };
                 match op {
-                    0 | 2 => layer.put(key, value, &mut log),
-                    _ => layer.delete(key, piece % 2 == 0, &mut log),
+                    0 | 2 => layer.put(&key, value, &mut log),
+                    _ => layer.delete(&key, piece % 2 == 0, &mut log),
                 }
             }
             let mut rebuilt = Layer::default();
             rebuilt.replay(&log).unwrap();
-            prop_assert_eq!(&rebuilt.writes, &layer.writes);
+            prop_assert_eq!(entries(&rebuilt), entries(&layer));
             prop_assert_eq!(rebuilt.bytes, layer.bytes);
-            let held: usize = layer
-                .writes
+            let held: usize = entries(&layer)
                 .iter()
                 .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
                 .sum();
@@ -401,13 +479,13 @@ mod tests {
     fn pieces_of_a_call_append_to_its_latest_buffered_piece_and_are_logged_as_appends() {
         let mut layer = Layer::default();
         let mut log = Vec::new();
-        layer.put(args_key(0, 0), b"ab".to_vec(), &mut log);
-        layer.put(args_key(0, 1), b"c".to_vec(), &mut log);
-        layer.put(args_key(0, 2), b"d".to_vec(), &mut log);
+        layer.put(&args_key(0, 0), b"ab".to_vec(), &mut log);
+        layer.put(&args_key(0, 1), b"c".to_vec(), &mut log);
+        layer.put(&args_key(0, 2), b"d".to_vec(), &mut log);
         // another call's piece 1 does not append to call 0's
-        layer.put(args_key(1, 1), b"x".to_vec(), &mut log);
-        assert_eq!(layer.writes.len(), 2);
-        assert_eq!(layer.writes[&args_key(0, 0)], Some(b"abcd".to_vec()));
+        layer.put(&args_key(1, 1), b"x".to_vec(), &mut log);
+        assert_eq!(layer.len(), 2);
+        assert_eq!(layer.get(&args_key(0, 0)), Some(&Some(b"abcd".to_vec())));
         // the entries' tags, in order
         let mut tags = Vec::new();
         let mut rest = log.as_slice();

@@ -14,7 +14,7 @@
 //! segments removed: at every moment, sled plus the segments after its marker hold every
 //! flushed commit.
 
-use super::layer::{piece_of, Writes};
+use super::layer::{piece_of, Layer};
 use super::{lock, Shared, EXTEND_STORED_MAX, MARKER_KEY};
 use crate::error::StoreError;
 use crate::storage::{Pair, Space};
@@ -26,7 +26,7 @@ pub(super) const MATERIALIZE_BATCH_WRITES: usize = if cfg!(test) { 3 } else { 51
 /// A layer frozen for materialization: read beneath the active layer until sled holds it.
 #[derive(Debug)]
 pub(super) struct Frozen {
-    pub writes: Writes,
+    pub writes: Layer,
     /// The last window whose commits it holds (the marker written with it).
     pub window: u64,
     /// Keys of an earlier release's log records in sled that it holds (deleted with it).
@@ -78,7 +78,7 @@ type Run = (Vec<u8>, u32, Vec<u8>, bool, Vec<Vec<u8>>);
 /// `flush_log_review_2.rs`). Values go in their form at rest ([`Shared::rest_form`]).
 fn batches_of(
     shared: &Shared,
-    writes: &Writes,
+    writes: &Layer,
 ) -> Result<(Vec<sled::Batch>, sled::Batch), StoreError> {
     let mut batch = Batches::default();
     let mut run: Option<Run> = None;
@@ -94,8 +94,8 @@ fn batches_of(
             {
                 *last = n;
                 text.extend_from_slice(bytes);
-                folded.push(k.clone());
-                prev = Some(k.as_slice());
+                folded.push(k.to_vec());
+                prev = Some(k);
                 continue;
             }
         }
@@ -113,18 +113,18 @@ fn batches_of(
                 run = Some(match stored {
                     Some((key, mut text)) => {
                         text.extend_from_slice(v);
-                        (key, n, text, true, vec![k.clone()])
+                        (key, n, text, true, vec![k.to_vec()])
                     }
-                    None => (k.clone(), n, v.clone(), false, Vec::new()),
+                    None => (k.to_vec(), n, v.clone(), false, Vec::new()),
                 });
             }
             (Some(v), None) => match shared.rest_form(k, v)? {
-                Cow::Borrowed(v) => batch.insert(k.as_slice(), v, false),
-                Cow::Owned(v) => batch.insert(k.as_slice(), v, false),
+                Cow::Borrowed(v) => batch.insert(k, v, false),
+                Cow::Owned(v) => batch.insert(k, v, false),
             },
-            (None, _) => batch.remove(k.as_slice()),
+            (None, _) => batch.remove(k),
         }
-        prev = Some(k.as_slice());
+        prev = Some(k);
     }
     if let Some(run) = run.take() {
         batch.run(run);

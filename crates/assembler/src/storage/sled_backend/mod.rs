@@ -172,7 +172,7 @@ impl State {
         }
         let active = std::mem::take(&mut self.active);
         self.frozen = Some(Arc::new(Frozen {
-            writes: active.writes,
+            writes: active,
             window: self.window,
             legacy: std::mem::take(&mut self.legacy),
         }));
@@ -191,6 +191,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
     }
+}
+
+/// `key` of `space` as it is written in layers and in sled (its keyspace byte first), in
+/// `buf` (a key built for each write was an allocation and a copy each).
+fn in_space<'b>(buf: &'b mut Vec<u8>, space: Space, key: &[u8]) -> &'b [u8] {
+    buf.clear();
+    buf.push(space as u8);
+    buf.extend_from_slice(key);
+    buf
 }
 
 fn prefixed(space: Space, key: &[u8]) -> Vec<u8> {
@@ -457,11 +466,7 @@ impl SledStorage {
     /// Whether anything below the active layer holds `key` (prefixed): the frozen layer, as a
     /// value or a tombstone, or sled.
     fn held_below(&self, st: &State, key: &[u8]) -> Result<bool, StoreError> {
-        if st
-            .frozen
-            .as_ref()
-            .is_some_and(|f| f.writes.contains_key(key))
-        {
+        if st.frozen.as_ref().is_some_and(|f| f.writes.contains(key)) {
             return Ok(true);
         }
         Ok(self.shared.tree.contains_key(key)?)
@@ -499,7 +504,7 @@ impl SledStorage {
                 || st.window_records >= MATERIALIZE_FLUSHES
                 || st.active.bytes >= MATERIALIZE_BYTES
                 || st.window_bytes >= MATERIALIZE_LOG_BYTES;
-            let holds_any = !st.active.writes.is_empty() || !st.legacy.is_empty();
+            let holds_any = !st.active.is_empty() || !st.legacy.is_empty();
             if due && holds_any && st.frozen.is_none() {
                 st.freeze();
             }
@@ -540,7 +545,7 @@ impl SledStorage {
                 return Err(materialization_failed(why));
             }
             let job = st.job.take();
-            let done = st.active.writes.is_empty()
+            let done = st.active.is_empty()
                 && st.legacy.is_empty()
                 && st.log.is_empty()
                 && st.sealed.is_empty();
@@ -557,7 +562,7 @@ impl SledStorage {
                 let mut writer = lock(&self.writer);
                 writer.close();
                 let mut st = self.shared.state();
-                if !(st.active.writes.is_empty() && st.log.is_empty() && st.sealed.is_empty()) {
+                if !(st.active.is_empty() && st.log.is_empty() && st.sealed.is_empty()) {
                     continue; // a commit came meanwhile
                 }
                 wal::remove_through(&self.shared.wal_dir, st.window)?;
@@ -623,10 +628,13 @@ impl SledStorage {
         let full = prefixed(space, prefix);
         let st = self.shared.state();
         let frozen = st.frozen.clone();
-        let empty = layer::Writes::new();
-        let mut active = layer::range(&st.active.writes, &full).peekable();
-        let mut below =
-            layer::range(frozen.as_ref().map_or(&empty, |f| &f.writes), &full).peekable();
+        let empty = layer::Layer::default();
+        let mut active = st.active.range(&full).peekable();
+        let mut below = frozen
+            .as_ref()
+            .map_or(&empty, |f| &f.writes)
+            .range(&full)
+            .peekable();
         let mut tree = self.shared.tree.scan_prefix(&full).peekable();
         let mut out = Vec::new();
         while out.len() < limit {
@@ -641,8 +649,8 @@ impl SledStorage {
             };
             // the smallest key of the three; the upper layer's entry wins
             let Some(key) = [
-                active.peek().map(|(k, _)| k.as_slice()),
-                below.peek().map(|(k, _)| k.as_slice()),
+                active.peek().map(|(k, _)| *k),
+                below.peek().map(|(k, _)| *k),
                 tree_key,
             ]
             .into_iter()
@@ -680,7 +688,7 @@ impl Storage for SledStorage {
         let k = prefixed(space, key);
         {
             let st = self.shared.state();
-            if let Some(v) = st.active.writes.get(&k) {
+            if let Some(v) = st.active.get(&k) {
                 return Ok(v.clone());
             }
             if let Some(v) = st.frozen.as_ref().and_then(|f| f.writes.get(&k)) {
@@ -702,8 +710,8 @@ impl Storage for SledStorage {
         let prefix = [space as u8];
         let layered = {
             let st = self.shared.state();
-            let held = |w: &layer::Writes| layer::range(w, &prefix).next().is_some();
-            held(&st.active.writes) || st.frozen.as_ref().is_some_and(|f| held(&f.writes))
+            let held = |l: &layer::Layer| l.range(&prefix).next().is_some();
+            held(&st.active) || st.frozen.as_ref().is_some_and(|f| held(&f.writes))
         };
         if layered {
             return Ok(self.merged(space, b"", usize::MAX)?.len());
@@ -733,22 +741,27 @@ impl Storage for SledStorage {
             for w in &set.writes {
                 if let Write::Delete(space, k) = w {
                     let k = prefixed(*space, k);
-                    let held_here = matches!(st.active.writes.get(&k), Some(Some(_)));
+                    let held_here = matches!(st.active.get(&k), Some(Some(_)));
                     nothing_below.push(held_here && !self.held_below(st, &k)?);
                 }
             }
             let mut nothing_below = nothing_below.into_iter();
+            // (one buffer for every write's prefixed key)
+            let mut kbuf = Vec::with_capacity(64);
             for w in set.writes {
                 match w {
-                    Write::Put(space, k, v) => st.active.put(prefixed(space, &k), v, &mut st.log),
+                    Write::Put(space, k, v) => {
+                        st.active
+                            .put(in_space(&mut kbuf, space, &k), v, &mut st.log)
+                    }
                     Write::Delete(space, k) => {
                         let below_free = nothing_below.next().unwrap_or(false);
-                        st.active
-                            .delete(prefixed(space, &k), below_free, &mut st.log);
+                        let k = in_space(&mut kbuf, space, &k);
+                        st.active.delete(k, below_free, &mut st.log);
                     }
                 }
             }
-            st.active.writes.len() >= SPILL_WRITES || st.active.bytes >= SPILL_BYTES
+            st.active.len() >= SPILL_WRITES || st.active.bytes >= SPILL_BYTES
         };
         if spill {
             self.flush_log(true)?;
@@ -761,7 +774,7 @@ impl Storage for SledStorage {
         self.wrote.store(true, Ordering::SeqCst);
         let mut guard = self.shared.state();
         let st = &mut *guard;
-        let existed = match st.active.writes.get(&k) {
+        let existed = match st.active.get(&k) {
             Some(None) => return Ok(false), // a tombstone
             Some(Some(_)) => true,
             None => match st.frozen.as_ref().and_then(|f| f.writes.get(&k)) {
@@ -771,7 +784,7 @@ impl Storage for SledStorage {
         };
         if existed {
             let below_free = !self.held_below(st, &k)?;
-            st.active.delete(k, below_free, &mut st.log);
+            st.active.delete(&k, below_free, &mut st.log);
         }
         Ok(existed)
     }
