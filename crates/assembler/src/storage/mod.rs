@@ -16,7 +16,7 @@
 //! Two implementations: [`sled_backend::SledStorage`] (every keyspace in one sled tree under a
 //! one-byte prefix, behind in-memory layers of writes; commits log what they change as they
 //! go, `flush` appends that to a log file of its own and syncs it, and sled is written in the
-//! background, every 64th flush) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex,
+//! background, every 256th flush) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex,
 //! flush is a no-op and nothing survives a drop) for tests.
 
 pub mod memory;

@@ -70,8 +70,11 @@ pub const SPILL_BYTES: usize = 32 * 1024 * 1024;
 pub const EXTEND_STORED_MAX: usize = 4096;
 
 /// Flushes per window: the active layer is frozen and materialized every this many flushes
-/// (8 in unit tests, so that random histories cross windows).
-pub const MATERIALIZE_FLUSHES: u32 = if cfg!(test) { 8 } else { 64 };
+/// (8 in unit tests, so that random histories cross windows). Under a backlog the byte
+/// bounds below end a window first; 256 rather than 64 flushes wrote sled ~45% less per input
+/// (`materialize::run`, callgrind over `completion_cost --chunks 40000`: 164 M -> 91 M
+/// instructions; 1,024 flushes: 86 M).
+pub const MATERIALIZE_FLUSHES: u32 = if cfg!(test) { 8 } else { 256 };
 
 /// Active-layer bytes at which the next flush freezes it.
 pub const MATERIALIZE_BYTES: usize = 4 * 1024 * 1024;
