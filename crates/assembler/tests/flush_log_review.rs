@@ -443,16 +443,17 @@ fn put_piece(s: &SledStorage, call: u32, n: u32, text: &[u8]) {
 }
 
 /// A call whose text is appended over many flushes grows one buffered value; its log records
-/// are tails. The value crosses sled's blob threshold (~128 KiB) and `MATERIALIZE_BYTES` is
-/// not reached before the 32nd flush: replay rebuilds it exactly, and a materialization after
-/// the replay writes the same text.
+/// are tails. The value crosses sled's blob threshold (~128 KiB), and the rounds go on past
+/// `MATERIALIZE_BYTES` (a window ends there, before `MATERIALIZE_FLUSHES`): replay rebuilds
+/// it exactly, and a materialization after the replay writes the same text.
 #[test]
 fn a_large_argument_appended_over_flushes_replays_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = SledStorage::open(dir.path()).unwrap();
     let mut want = Vec::new();
     let mut n = 0;
-    for round in 0..(MATERIALIZE_FLUSHES as usize + 5) {
+    let rounds = (MATERIALIZE_BYTES / (3 * 20 * 1024) + 8).min(MATERIALIZE_FLUSHES as usize + 5);
+    for round in 0..rounds {
         for _ in 0..3 {
             let text = vec![b'a' + (n % 26) as u8; 20 * 1024];
             put_piece(&s, 0, n, &text);
