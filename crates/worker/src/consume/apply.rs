@@ -54,12 +54,12 @@ pub(super) fn apply_with_retry(store: &Store, owned: &OwnedInput) -> Result<Appl
 
 /// Applies inputs in order (one atomic commit each, storage errors retried in place), stopping
 /// at the first input that still fails. Nothing is durable yet: see [`flush_store`]. Blocking.
-pub(super) fn apply_inputs(
+pub(super) fn apply_inputs<'i>(
     store: &Store,
-    inputs: &[OwnedInput],
+    inputs: impl IntoIterator<Item = &'i OwnedInput>,
 ) -> (Vec<Result<Applied, StoreError>>, Duration) {
     let started = Instant::now();
-    let mut outcomes = Vec::with_capacity(inputs.len());
+    let mut outcomes = Vec::new();
     for input in inputs {
         let span = tracing::debug_span!(
             "apply",

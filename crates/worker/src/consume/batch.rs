@@ -129,23 +129,35 @@ impl ConsumeLoop {
     /// is running.
     async fn stage(&self, batch: Vec<jetstream::Message>, pipeline: &mut Pipeline) {
         let work = self.parse(batch);
-        let inputs: Vec<OwnedInput> = work
-            .iter()
-            .filter_map(|w| w.parsed.as_ref().ok().cloned())
-            .collect();
-        let outcomes = if inputs.is_empty() {
-            Vec::new()
+        let n = work.iter().filter(|w| w.parsed.is_ok()).count();
+        let (work, outcomes) = if n == 0 {
+            (work, Vec::new())
         } else {
+            // The batch goes to the blocking pool and comes back with its outcomes (not
+            // copied for it); a panic in the store is caught there, so the batch always comes
+            // back to be settled.
             let store = Arc::clone(&self.store);
-            let n = inputs.len();
-            match tokio::task::spawn_blocking(move || apply_inputs(&store, &inputs)).await {
-                Ok((outcomes, apply_time)) => {
+            let applied = tokio::task::spawn_blocking(move || {
+                let inputs = work.iter().filter_map(|w| w.parsed.as_ref().ok());
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    apply_inputs(&store, inputs)
+                }));
+                (work, result)
+            })
+            .await;
+            match applied {
+                Ok((work, Ok((outcomes, apply_time)))) => {
                     self.metrics.batch_apply.observe(apply_time);
-                    outcomes
+                    (work, outcomes)
+                }
+                Ok((work, Err(_))) => {
+                    tracing::error!("apply task failed: the store panicked");
+                    (work, (0..n).map(|_| Err(task_failed())).collect())
                 }
                 Err(e) => {
+                    // (the task was cancelled: the runtime is shutting down)
                     tracing::error!(error = %e, "apply task failed");
-                    (0..n).map(|_| Err(task_failed())).collect()
+                    return;
                 }
             }
         };
