@@ -64,6 +64,8 @@ pub struct Drained {
     pub elapsed: Duration,
     /// CPU time used while draining (start to done).
     pub cpu: Option<Duration>,
+    /// CPU time nats-server used meanwhile (it shares the machine's cores with the contender).
+    pub server_cpu: Option<Duration>,
     /// Peak resident memory of the worker process.
     pub peak_rss: Option<u64>,
     /// Worker only: fetched batches and inputs in them (from `/metrics`).
@@ -81,6 +83,12 @@ impl Drained {
     /// CPU seconds per million inputs.
     pub fn cpu_per_million(&self) -> Option<f64> {
         self.cpu
+            .map(|c| c.as_secs_f64() * 1e6 / self.inputs.max(1) as f64)
+    }
+
+    /// nats-server's CPU seconds per million inputs.
+    pub fn server_cpu_per_million(&self) -> Option<f64> {
+        self.server_cpu
             .map(|c| c.as_secs_f64() * 1e6 / self.inputs.max(1) as f64)
     }
 }
@@ -110,7 +118,9 @@ pub async fn drain(
     let client = async_nats::connect(server.url()).await.context("connect")?;
     preload(&client, backlog).await?;
     let limit = Duration::from_secs(60 + backlog.inputs.len() as u64 / 1_000);
-    match contender {
+    let server_cpu = || server.pid().and_then(procfs::cpu_time);
+    let server_before = server_cpu();
+    let drained = match contender {
         Contender::Worker { bin, .. } => {
             drain_worker(
                 &client,
@@ -136,7 +146,14 @@ pub async fn drain(
             .context("create RELAY_OUT")?;
             drain_bare(&client, backlog, Some(js), limit).await
         }
-    }
+    };
+    // (to the end of the drain, the contender's shutdown included: a few ms)
+    drained.map(|d| Drained {
+        server_cpu: server_cpu()
+            .zip(server_before)
+            .map(|(b, a)| b.saturating_sub(a)),
+        ..d
+    })
 }
 
 /// A subscription to every event the workers publish (`toolstream.events.>`), in place at the
@@ -258,6 +275,7 @@ async fn drain_worker(
                     inputs: backlog.inputs.len(),
                     elapsed: end - t0,
                     cpu,
+                    server_cpu: None,
                     peak_rss,
                     batches: batches(&metrics),
                     apply_flush_secs: metric(&metrics, "toolstream_batch_apply_seconds_sum")
@@ -384,6 +402,7 @@ async fn drain_bare(
         inputs: total,
         elapsed,
         cpu,
+        server_cpu: None,
         peak_rss: None,
         batches: None,
         apply_flush_secs: None,

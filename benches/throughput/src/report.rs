@@ -84,13 +84,14 @@ pub fn drain_table(rows: &[DrainRow], contenders: &[String]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<8} {:<8} {:<16} {:>12} {:>10} {:>11} {:>10} {:>9} {:>15}",
+        "{:<8} {:<8} {:<16} {:>12} {:>10} {:>11} {:>14} {:>10} {:>9} {:>15}",
         "server",
         "workload",
         "contender",
         "inputs/s",
         "rounds",
         "CPU s/M",
+        "server CPU s/M",
         "peak MiB",
         "avg batch",
         "apply/flush s"
@@ -117,6 +118,11 @@ pub fn drain_table(rows: &[DrainRow], contenders: &[String]) -> String {
                     .filter_map(|r| r.drained.cpu_per_million())
                     .collect(),
             );
+            let server_cpu = median(
+                mine.iter()
+                    .filter_map(|r| r.drained.server_cpu_per_million())
+                    .collect(),
+            );
             let rss = median(
                 mine.iter()
                     .filter_map(|r| r.drained.peak_rss.map(|b| b as f64 / 1048576.0))
@@ -140,7 +146,7 @@ pub fn drain_table(rows: &[DrainRow], contenders: &[String]) -> String {
             let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
             let _ = writeln!(
                 out,
-                "{:<8} {:<8} {:<16} {:>12.0} {:>10} {:>11} {:>10} {:>9} {:>15}",
+                "{:<8} {:<8} {:<16} {:>12.0} {:>10} {:>11} {:>14} {:>10} {:>9} {:>15}",
                 server,
                 workload,
                 c,
@@ -150,6 +156,7 @@ pub fn drain_table(rows: &[DrainRow], contenders: &[String]) -> String {
                     .collect::<Vec<_>>()
                     .join(","),
                 opt(cpu, 1),
+                opt(server_cpu, 1),
                 opt(rss, 0),
                 opt(batch, 0),
                 af.map_or("-".to_string(), |(a, f)| format!("{a:.2}/{f:.2}")),
@@ -212,6 +219,7 @@ pub fn to_json(meta: Value, rows: &[DrainRow], loads: &[LoadRow], startup_ms: &[
             "seconds": r.drained.elapsed.as_secs_f64(),
             "inputs_per_s": r.drained.rate(),
             "cpu_s_per_million": r.drained.cpu_per_million(),
+            "server_cpu_s_per_million": r.drained.server_cpu_per_million(),
             "peak_rss_bytes": r.drained.peak_rss,
             "batches": r.drained.batches.map(|(b, _)| b),
             "batched_inputs": r.drained.batches.map(|(_, n)| n),
@@ -351,6 +359,7 @@ mod tests {
                 inputs: 1000,
                 elapsed: Duration::from_secs_f64(secs),
                 cpu: Some(Duration::from_millis(500)),
+                server_cpu: Some(Duration::from_millis(300)),
                 peak_rss: Some(64 << 20),
                 batches: Some((10, 1000)),
                 apply_flush_secs: Some((0.1, 0.2)),

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
-struct Work {
+pub(super) struct Work {
     msg: jetstream::Message,
     parsed: Result<OwnedInput, Rejected>,
 }
@@ -43,34 +43,77 @@ impl Staged {
     }
 }
 
-/// Applied batches on their way to durability: those waiting for the next flush, and those
-/// the running flush covers.
+/// Fetched messages on their way to durability, in three stages that run at once: fresh
+/// messages waiting to be applied, the batch being applied (one at a time, on the blocking
+/// pool), applied batches waiting for the next flush, and those the running flush covers.
+/// So the loop goes on fetching while a batch is applied and another flushed.
 #[derive(Default)]
 pub(super) struct Pipeline {
+    /// Fetched, fresh, not applied yet (the next apply takes up to a batch of them).
+    fetched: Vec<jetstream::Message>,
+    /// The batch being applied.
+    pub(super) applying: Option<JoinHandle<Applying>>,
     /// Applied after the running flush began (or with none running yet).
     waiting: Vec<Staged>,
     /// The running flush and the batches applied before it began.
-    in_flight: Option<InFlight>,
+    pub(super) in_flight: Option<InFlight>,
 }
 
-struct InFlight {
+/// What an apply task hands back: the batch, and its outcomes (`Err`: the store panicked).
+pub(super) type Applying = (
+    Vec<Work>,
+    std::thread::Result<(Vec<Result<Applied, StoreError>>, Duration)>,
+);
+
+pub(super) struct InFlight {
     staged: Vec<Staged>,
     flush: JoinHandle<(bool, Duration)>,
 }
 
-impl Pipeline {
-    /// Waits for the running flush; never resolves when none runs (a `select!` branch, then
-    /// [`ConsumeLoop::flushed`]).
-    pub(super) async fn flush_done(&mut self) -> (bool, Duration) {
-        match &mut self.in_flight {
-            Some(f) => join_flush(&mut f.flush).await,
-            None => std::future::pending().await,
+/// Waits for the running flush; never resolves when none runs (a `select!` branch, then
+/// [`ConsumeLoop::flushed`]).
+pub(super) async fn flush_done(in_flight: &mut Option<InFlight>) -> (bool, Duration) {
+    match in_flight {
+        Some(f) => join_flush(&mut f.flush).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for the running apply; never resolves when none runs (a `select!` branch, then
+/// [`ConsumeLoop::applied`]).
+pub(super) async fn apply_done(applying: &mut Option<JoinHandle<Applying>>) -> Option<Applying> {
+    let Some(a) = applying else {
+        return std::future::pending().await;
+    };
+    let done = a.await;
+    *applying = None;
+    match done {
+        Ok(done) => Some(done),
+        Err(e) => {
+            // (cancelled: the runtime is shutting down)
+            tracing::error!(error = %e, "apply task failed");
+            None
         }
     }
+}
 
-    /// Whether nothing is applied and unsettled.
+/// Lets the running apply finish, if one runs (then hand it to [`ConsumeLoop::applied`]).
+pub(super) async fn apply_done_now(
+    applying: &mut Option<JoinHandle<Applying>>,
+) -> Option<Applying> {
+    match applying.is_some() {
+        true => apply_done(applying).await,
+        false => None,
+    }
+}
+
+impl Pipeline {
+    /// Whether nothing is fetched, applied or unsettled.
     fn is_empty(&self) -> bool {
-        self.waiting.is_empty() && self.in_flight.is_none()
+        self.fetched.is_empty()
+            && self.applying.is_none()
+            && self.waiting.is_empty()
+            && self.in_flight.is_none()
     }
 }
 
@@ -94,20 +137,16 @@ impl ConsumeLoop {
     /// that were merely fetched with it are applied alone too, get no stop recorded, and lose
     /// nothing. (The server redelivers without limit: it never drops a message on its own.)
     pub(super) async fn process(&self, batch: Vec<jetstream::Message>, pipeline: &mut Pipeline) {
-        let mut fresh = Vec::with_capacity(batch.len());
         for msg in batch {
             if self.is_redelivered(&msg) {
-                if !fresh.is_empty() {
-                    self.stage(std::mem::take(&mut fresh), pipeline).await;
-                }
                 self.settle_all(pipeline).await;
                 self.process_alone(msg).await;
             } else {
-                fresh.push(msg);
+                pipeline.fetched.push(msg);
             }
         }
-        if !fresh.is_empty() {
-            self.stage(fresh, pipeline).await;
+        if pipeline.applying.is_none() {
+            self.start_apply(pipeline);
         }
     }
 
@@ -125,46 +164,54 @@ impl ConsumeLoop {
                 .is_some_and(|a| a.is_suspect(msg.subject.as_str(), info.stream_sequence))
     }
 
-    /// Applies a run of fresh messages; it waits for the next flush, which starts now when none
-    /// is running.
-    async fn stage(&self, batch: Vec<jetstream::Message>, pipeline: &mut Pipeline) {
+    /// Starts applying up to a batch of the fetched messages on the blocking pool (one apply
+    /// at a time: the store has one writer, and inputs are applied in the order fetched).
+    /// The batch goes there and comes back with its outcomes (not copied for it); a panic in
+    /// the store is caught there, so the batch always comes back to be settled.
+    pub(super) fn start_apply(&self, pipeline: &mut Pipeline) {
+        if pipeline.applying.is_some() || pipeline.fetched.is_empty() {
+            return;
+        }
+        let take = pipeline.fetched.len().min(self.config.batch_size.max(1));
+        let batch: Vec<jetstream::Message> = pipeline.fetched.drain(..take).collect();
         let work = self.parse(batch);
-        let n = work.iter().filter(|w| w.parsed.is_ok()).count();
-        let (work, outcomes) = if n == 0 {
-            (work, Vec::new())
-        } else {
-            // The batch goes to the blocking pool and comes back with its outcomes (not
-            // copied for it); a panic in the store is caught there, so the batch always comes
-            // back to be settled.
-            let store = Arc::clone(&self.store);
-            let applied = tokio::task::spawn_blocking(move || {
-                let inputs = work.iter().filter_map(|w| w.parsed.as_ref().ok());
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    apply_inputs(&store, inputs)
-                }));
-                (work, result)
-            })
-            .await;
-            match applied {
-                Ok((work, Ok((outcomes, apply_time)))) => {
-                    self.metrics.batch_apply.observe(apply_time);
-                    (work, outcomes)
-                }
-                Ok((work, Err(_))) => {
-                    tracing::error!("apply task failed: the store panicked");
-                    (work, (0..n).map(|_| Err(task_failed())).collect())
-                }
-                Err(e) => {
-                    // (the task was cancelled: the runtime is shutting down)
-                    tracing::error!(error = %e, "apply task failed");
-                    return;
-                }
-            }
-        };
-        pipeline.waiting.push(Staged { work, outcomes });
+        let store = Arc::clone(&self.store);
+        pipeline.applying = Some(tokio::task::spawn_blocking(move || {
+            let inputs = work.iter().filter_map(|w| w.parsed.as_ref().ok());
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                apply_inputs(&store, inputs)
+            }));
+            (work, result)
+        }));
+    }
+
+    /// The running apply returned (`None`: its task was lost): its batch waits for the next
+    /// flush, which starts now when none is running, and the next apply starts.
+    pub(super) fn applied(&self, pipeline: &mut Pipeline, done: Option<Applying>) {
+        self.stage(pipeline, done);
         if pipeline.in_flight.is_none() {
             self.start_flush(pipeline);
         }
+        self.start_apply(pipeline);
+    }
+
+    /// An applied batch (`None`: its task was lost) waits for the next flush.
+    fn stage(&self, pipeline: &mut Pipeline, done: Option<Applying>) {
+        let Some((work, result)) = done else {
+            return;
+        };
+        let outcomes = match result {
+            Ok((outcomes, apply_time)) => {
+                self.metrics.batch_apply.observe(apply_time);
+                outcomes
+            }
+            Err(_) => {
+                tracing::error!("apply task failed: the store panicked");
+                let n = work.iter().filter(|w| w.parsed.is_ok()).count();
+                (0..n).map(|_| Err(task_failed())).collect()
+            }
+        };
+        pipeline.waiting.push(Staged { work, outcomes });
     }
 
     /// Starts a flush covering every waiting batch.
@@ -201,10 +248,19 @@ impl ConsumeLoop {
         self.start_flush(pipeline);
     }
 
-    /// Flushes and settles everything applied (before a message applied alone, and at
-    /// shutdown).
+    /// Applies what was fetched, flushes and settles everything (before a message applied
+    /// alone, and at shutdown).
     pub(super) async fn settle_all(&self, pipeline: &mut Pipeline) {
         while !pipeline.is_empty() {
+            if pipeline.applying.is_some() {
+                let done = apply_done(&mut pipeline.applying).await;
+                self.applied(pipeline, done);
+                continue;
+            }
+            if !pipeline.fetched.is_empty() {
+                self.start_apply(pipeline);
+                continue;
+            }
             match &mut pipeline.in_flight {
                 Some(f) => {
                     let result = join_flush(&mut f.flush).await;

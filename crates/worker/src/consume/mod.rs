@@ -1,8 +1,9 @@
 //! The consume loop (docs/contracts.md, "Consume loop"): fetch a batch → parse subject and
 //! headers into assembler inputs → apply each (one atomic commit each) → ONE flush → ack the
-//! batch → wake the relay. With group commit ([`batch`]): one flush at a time runs on the
-//! blocking pool while the next batches are fetched, parsed and applied; they share the next
-//! flush; a batch is acked only after a flush that began after it returned.
+//! batch → wake the relay. Pipelined ([`batch`]): one apply and one flush at a time run on the
+//! blocking pool while the loop goes on fetching; what was fetched meanwhile is the next
+//! apply's batch, and the batches applied meanwhile share the next flush; a batch is acked
+//! only after a flush that began after it was applied returned.
 //!
 //! A message delivered before, or (leased partitions) delivered to an earlier owner that never
 //! acked it, is applied alone behind a durable note ([`poison`]).
@@ -124,12 +125,20 @@ impl ConsumeLoop {
             tokio::select! {
                 biased;
                 _ = shutdown.wait() => break,
-                flushed = pipeline.flush_done() => self.flushed(&mut pipeline, flushed).await,
+                flushed = batch::flush_done(&mut pipeline.in_flight) => {
+                    self.flushed(&mut pipeline, flushed).await
+                }
+                applied = batch::apply_done(&mut pipeline.applying) => {
+                    self.applied(&mut pipeline, applied)
+                }
                 _ = tick.tick() => {
+                    // (timers run between applies, never between two inputs of a batch)
+                    let done = batch::apply_done_now(&mut pipeline.applying).await;
                     self.tick().await;
                     if let Some(writer) = checkpoint.as_mut().filter(|w| w.due()) {
                         writer.take(&self.store).await;
                     }
+                    self.applied(&mut pipeline, done);
                 }
                 next = stream.next() => match next {
                     Some(Some(Ok(first))) => {

@@ -316,3 +316,46 @@ impl Drop for OpenOnDrop {
         self.0.open();
     }
 }
+
+/// A timer tick while a batch is applied lets that apply finish and runs between applies;
+/// afterwards the loop goes on with the applied batch and what was fetched meanwhile. (Found
+/// as a hang: the tick let the apply finish and ran, but nothing started the flush of that
+/// batch or the apply of the rest, so they waited for input that never came.) Ticks every
+/// millisecond over many streams make them fall during applies.
+#[tokio::test]
+async fn ticks_during_applies_leave_nothing_unapplied_or_unacked() {
+    let mut config = Config::default();
+    config.consumer.tick_interval = HumanDuration(Duration::from_millis(1));
+    let store = Arc::new(Store::open_memory(config.assembler.clone()).expect("memory store"));
+    let calls: Vec<Call> = (0..3)
+        .map(|i| Call {
+            id: format!("call_{i}"),
+            name: "get_weather".into(),
+            args: serde_json::json!({"city": "Paris", "n": i}),
+        })
+        .collect();
+    let streams = 40;
+    let run = start_with(config, Arc::clone(&store), |p| {
+        let calls = calls.clone();
+        async move {
+            for s in 0..streams {
+                p.openai_stream(&format!("c{s}"), "m", &calls).await;
+            }
+        }
+    })
+    .await;
+    // well before `ack_wait` (60 s): a stranded batch would come back only as redeliveries
+    tokio::time::timeout(Duration::from_secs(20), wait_settled(&run.js, "toolstream"))
+        .await
+        .expect("settled long before ack_wait")
+        .expect("every chunk applied and acked");
+    for s in 0..streams {
+        let snapshot = store
+            .message_snapshot(&format!("c{s}"), "m")
+            .expect("store readable")
+            .expect("message stored");
+        assert_eq!(snapshot.status, MessageStatus::Completed, "stream c{s}");
+        assert_eq!(snapshot.calls.len(), 3);
+    }
+    run.stop().await;
+}
