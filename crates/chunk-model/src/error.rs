@@ -76,6 +76,25 @@ impl DecodeError {
         }
     }
 
+    /// Like [`DecodeError::not_json`], from serde_json's `message` (with its ` at line L column
+    /// C`) and whether it is an end-of-input error: for readers that word serde_json's errors
+    /// themselves (the decoders' JSON reader, `decode/reader/`).
+    pub(crate) fn not_json_message(
+        provider: Provider,
+        message: String,
+        is_eof: bool,
+        input: &[u8],
+    ) -> DecodeError {
+        match json_problem_of(message, is_eof, input) {
+            JsonProblem::TooDeep => DecodeError::too_deep(provider, input),
+            JsonProblem::Other(detail) => DecodeError::NotJson {
+                provider,
+                detail,
+                excerpt: excerpt(input),
+            },
+        }
+    }
+
     /// Builds a [`DecodeError::TooDeep`] at [`crate::depth::MAX_JSON_DEPTH`].
     pub fn too_deep(provider: Provider, input: &[u8]) -> DecodeError {
         DecodeError::TooDeep {
@@ -114,10 +133,14 @@ pub enum JsonProblem {
 /// Classifies a serde_json error on `input`. Only called on the error path, so good input
 /// pays nothing for it.
 pub fn json_problem(err: &serde_json::Error, input: &[u8]) -> JsonProblem {
+    json_problem_of(err.to_string(), err.is_eof(), input)
+}
+
+/// [`json_problem`] from serde_json's message and whether it is an end-of-input error.
+fn json_problem_of(message: String, is_eof: bool, input: &[u8]) -> JsonProblem {
     if input.trim_ascii().is_empty() {
         return JsonProblem::Other("empty".to_string());
     }
-    let message = err.to_string();
     if message.starts_with("recursion limit exceeded") {
         return JsonProblem::TooDeep;
     }
@@ -128,7 +151,7 @@ pub fn json_problem(err: &serde_json::Error, input: &[u8]) -> JsonProblem {
             "not UTF-8: invalid byte 0x{byte:02X} at offset {offset}"
         ));
     }
-    if err.is_eof() {
+    if is_eof {
         return JsonProblem::Other(format!("truncated: {message}"));
     }
     JsonProblem::Other(message)

@@ -10,7 +10,8 @@
 //! - [`call`] — canonical [`ToolCall`], [`ToolResult`], [`CallStatus`], results as input.
 //! - [`event`] — the output contract: [`Event`], [`EventType`], deterministic event ids.
 //! - [`decode`] — one file per provider: raw chunk bytes → `Vec<ChunkEvent>`; tool results;
-//!   provider detection.
+//!   provider detection; `decode/reader/`, the JSON reader the OpenAI chat decoder walks a
+//!   chunk with (serde_json's acceptance and errors, without serde's cost).
 //! - [`depth`] — nesting bounds (input JSON, arguments, metadata): no input drives an
 //!   unbounded recursion.
 //! - [`partial_args`] — rebuilds arguments from structured pieces (Vertex `partialArgs`).

@@ -10,6 +10,11 @@
 //! that do not need them) never fails a chunk, whatever it holds; a field it needs is read in
 //! every shape the provider has shipped (finish reasons as strings and as the AI SDK v6
 //! `{unified, raw}` object, indices and flags written as strings).
+//!
+//! How a chunk is read: most decoders deserialize it with serde into borrowed structs
+//! ([`typed`]). The OpenAI chat decoder, the hot path (a stream is mostly argument
+//! fragments), walks it once with the crate's own JSON reader (`reader`), which accepts,
+//! reads and refuses exactly what the serde path did, errors word for word included.
 
 pub mod ai_sdk;
 pub mod anthropic;
@@ -19,6 +24,7 @@ pub mod lenient;
 pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;
+mod reader;
 pub mod result;
 pub mod text;
 pub mod typed;

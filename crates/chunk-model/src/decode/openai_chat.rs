@@ -30,69 +30,18 @@
 
 use crate::chunk::{CallFragment, CallRef, ChunkEvent, Finish};
 use crate::decode::gemini::SIGNATURE_MODEL;
-use crate::decode::lenient::{opt_index, FinishReason, Loose, SoftIndex};
-use crate::decode::text::{non_blank_text, provider_message, JsonText, Text};
-use crate::decode::typed::parse;
+use crate::decode::lenient::{FinishReason, Loose};
+use crate::decode::reader::{Fault, Fields, Reader, Segment};
+use crate::decode::text::{provider_message, JsonText};
+use crate::decode::typed::not_an_object;
 use crate::error::DecodeError;
 use crate::provider::Provider;
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
 /// Metadata key of Gemini's OpenAI-compatible `extra_content` on a tool call, kept as
 /// `{"google":{"thought_signature":"…"}}` (only that field; anything else in it is ignored).
 pub const EXTRA_CONTENT: &str = "extra_content";
-
-#[derive(Deserialize)]
-struct Chunk<'a> {
-    #[serde(borrow, default)]
-    choices: Option<Vec<Choice<'a>>>,
-    #[serde(default)]
-    error: Option<JsonText>,
-    /// The model of the stream, kept on calls that carry a Gemini thought signature; not
-    /// needed, read loosely.
-    #[serde(borrow, default)]
-    model: Option<Loose<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Choice<'a> {
-    /// Which alternative completion (`n > 1`); only used to skip the others.
-    #[serde(default)]
-    index: Option<SoftIndex>,
-    #[serde(borrow, default)]
-    delta: Option<Delta<'a>>,
-    #[serde(borrow, default)]
-    finish_reason: Option<FinishReason<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Delta<'a> {
-    #[serde(borrow, default)]
-    tool_calls: Option<Vec<ToolCallDelta<'a>>>,
-    #[serde(borrow, default)]
-    function_call: Option<FunctionDelta<'a>>,
-}
-
-#[derive(Deserialize)]
-struct ToolCallDelta<'a> {
-    #[serde(default, deserialize_with = "opt_index")]
-    index: Option<u32>,
-    #[serde(borrow, default)]
-    id: Option<Text<'a>>,
-    #[serde(borrow, default)]
-    function: Option<FunctionDelta<'a>>,
-    /// Gemini (OpenAI-compatible endpoint): `{"google":{"thought_signature":"…"}}`. Any JSON.
-    #[serde(default)]
-    extra_content: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct FunctionDelta<'a> {
-    #[serde(borrow, default)]
-    name: Option<Text<'a>>,
-    #[serde(default)]
-    arguments: Option<JsonText>,
-}
 
 /// The separator of a choice message id: choice `k > 0` of message `<msg>` is
 /// `<msg>~choice<k>`.
@@ -139,109 +88,327 @@ pub fn decode(chunk: &[u8]) -> Result<Vec<ChunkEvent>, DecodeError> {
 /// Decodes one chunk (already trimmed, never `[DONE]`), each event with the choice it belongs
 /// to.
 pub fn decode_by_choice(chunk: &[u8]) -> Result<Vec<(Route, ChunkEvent)>, DecodeError> {
-    let parsed: Chunk<'_> = parse(Provider::OpenaiChat, chunk)?;
-    let model = parsed
-        .model
-        .and_then(Loose::into_text)
-        .filter(|m| !m.trim().is_empty());
-    let mut all = Vec::new();
-    for choice in parsed.choices.into_iter().flatten() {
-        // A choice index that is not a readable number counts as the first choice.
-        let k = match choice.index.as_ref().map(SoftIndex::get) {
-            Some(Ok(Some(i))) => i,
-            _ => 0,
-        };
-        let mut out = Vec::new();
-        if let Some(delta) = choice.delta {
-            for call in delta.tool_calls.into_iter().flatten() {
-                let (name, arguments) = split_function(call.function);
-                push_fragment(
-                    &mut out,
-                    call.index,
-                    non_blank_text(call.id),
-                    name,
-                    arguments,
-                    signature_metadata(call.extra_content.as_ref(), model.as_deref()),
-                );
-            }
-            if delta.function_call.is_some() {
-                let (name, arguments) = split_function(delta.function_call);
-                push_fragment(&mut out, Some(0), None, name, arguments, Map::new());
-            }
-        }
-        if let Some((finish, reason)) = choice.finish_reason.and_then(|r| r.read(finish_of)) {
-            out.push(ChunkEvent::MessageEnd { finish, reason });
-        }
-        all.extend(out.into_iter().map(|ev| (Route::Choice(k), ev)));
+    if chunk.trim_ascii_start().first() != Some(&b'{') {
+        return Err(not_an_object(Provider::OpenaiChat, chunk));
     }
-    if let Some(error) = parsed.error {
-        all.push((
+    let mut out = Vec::new();
+    read_chunk(&mut Reader::new(chunk), &mut out)
+        .map_err(|fault| fault.into_error(Provider::OpenaiChat, chunk))?;
+    Ok(out)
+}
+
+// How a chunk is read: one walk with the reader, each struct below read as serde read the
+// derived struct of that name ([`Fields`]: fields by name, or by position when written as
+// an array; a field twice is `duplicate field`; a member it does not know is skipped; `null`
+// is an absent field). Events go straight into `out` in the order the serde decoder made them: per
+// choice its tool call fragments, its `function_call` fragment, its end; then the chunk's
+// error. Two things are only known at the end, so they are settled there: a choice's index
+// (its events' routes), and the chunk's `model` (on fragments with a thought signature).
+
+/// `Chunk`: `choices`, `error`, `model`.
+fn read_chunk(r: &mut Reader<'_>, out: &mut Vec<(Route, ChunkEvent)>) -> Result<(), Fault> {
+    const FIELDS: [&str; 3] = ["choices", "error", "model"];
+    let shape = r.struct_start("struct Chunk")?;
+    let mut signed = Vec::new();
+    let mut error = None;
+    let mut model = None;
+    let mut fields = Fields::new(shape, &FIELDS);
+    while let Some(field) = fields.next(r, chunk_field)? {
+        match field {
+            0 => fields.value(r, |r| read_choices(r, out, &mut signed))?,
+            1 => error = fields.value(r, Reader::opt_json_text)?,
+            _ => model = fields.value(r, Reader::opt_loose)?,
+        }
+    }
+    r.struct_end(shape)?;
+    r.end()?;
+    if !signed.is_empty() {
+        let model = model
+            .and_then(Loose::into_text)
+            .filter(|m| !m.trim().is_empty());
+        if let Some(model) = model {
+            for i in signed {
+                if let Some((_, ChunkEvent::CallFragment(f))) = out.get_mut(i) {
+                    f.metadata.insert(
+                        SIGNATURE_MODEL.to_string(),
+                        Value::String(model.to_string()),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(error) = error {
+        out.push((
             Route::All,
             ChunkEvent::ProviderError {
                 message: provider_message(&error),
             },
         ));
     }
-    Ok(all)
+    Ok(())
 }
 
-fn split_function(f: Option<FunctionDelta<'_>>) -> (Option<String>, Option<String>) {
-    match f {
-        Some(f) => (
-            non_blank_text(f.name),
-            f.arguments.map(|a| a.text).filter(|a| !a.is_empty()),
-        ),
-        None => (None, None),
+/// `choices`: a sequence of `Choice`.
+#[inline(always)]
+fn read_choices(
+    r: &mut Reader<'_>,
+    out: &mut Vec<(Route, ChunkEvent)>,
+    signed: &mut Vec<usize>,
+) -> Result<(), Fault> {
+    if r.null()? {
+        return Ok(());
     }
+    r.seq_start()?;
+    let mut first = true;
+    let mut i = 0;
+    while r.next_element(&mut first)? {
+        read_choice(r, out, signed).map_err(|f| f.within(Segment::Index(i)))?;
+        i += 1;
+    }
+    r.seq_end()
 }
 
-/// The call metadata for a Gemini `extra_content` holding a non-blank string
-/// `google.thought_signature`, with the chunk's `model` that made it (empty for anything
-/// else).
-fn signature_metadata(extra_content: Option<&Value>, model: Option<&str>) -> Map<String, Value> {
+/// `Choice`: `index`, `delta`, `finish_reason`.
+#[inline(always)]
+fn read_choice(
+    r: &mut Reader<'_>,
+    out: &mut Vec<(Route, ChunkEvent)>,
+    signed: &mut Vec<usize>,
+) -> Result<(), Fault> {
+    const FIELDS: [&str; 3] = ["index", "delta", "finish_reason"];
+    let start = out.len();
+    let shape = r.struct_start("struct Choice")?;
+    let mut index = None;
+    let mut finish = None;
+    let mut fields = Fields::new(shape, &FIELDS);
+    while let Some(field) = fields.next(r, choice_field)? {
+        match field {
+            0 => index = fields.value(r, Reader::opt_loose)?,
+            1 => fields.value(r, |r| read_delta(r, out, signed))?,
+            _ => finish = fields.value(r, Reader::opt_finish_reason)?,
+        }
+    }
+    r.struct_end(shape)?;
+    if let Some((finish, reason)) = finish.and_then(|f: FinishReason<'_>| f.read(finish_of)) {
+        out.push((Route::Choice(0), ChunkEvent::MessageEnd { finish, reason }));
+    }
+    // A choice index that is not a readable number counts as the first choice.
+    let k = match index.map(|i: Loose<'_>| i.index()) {
+        Some(Ok(Some(k))) => k,
+        _ => 0,
+    };
+    if k != 0 {
+        for (route, _) in out.iter_mut().skip(start) {
+            *route = Route::Choice(k);
+        }
+    }
+    Ok(())
+}
+
+/// `Delta`: `tool_calls`, `function_call` (optional itself).
+#[inline(always)]
+fn read_delta(
+    r: &mut Reader<'_>,
+    out: &mut Vec<(Route, ChunkEvent)>,
+    signed: &mut Vec<usize>,
+) -> Result<(), Fault> {
+    const FIELDS: [&str; 2] = ["tool_calls", "function_call"];
+    if r.null()? {
+        return Ok(());
+    }
+    let shape = r.struct_start("struct Delta")?;
+    let mut function_call = None;
+    let mut fields = Fields::new(shape, &FIELDS);
+    while let Some(field) = fields.next(r, delta_field)? {
+        match field {
+            0 => fields.value(r, |r| read_tool_calls(r, out, signed))?,
+            _ => function_call = fields.value(r, read_function)?,
+        }
+    }
+    r.struct_end(shape)?;
+    if let Some(f) = function_call {
+        push_fragment(out, Some(0), None, f.name, f.arguments, Map::new());
+    }
+    Ok(())
+}
+
+/// `tool_calls`: a sequence of `ToolCallDelta`.
+#[inline(always)]
+fn read_tool_calls(
+    r: &mut Reader<'_>,
+    out: &mut Vec<(Route, ChunkEvent)>,
+    signed: &mut Vec<usize>,
+) -> Result<(), Fault> {
+    if r.null()? {
+        return Ok(());
+    }
+    r.seq_start()?;
+    let mut first = true;
+    let mut i = 0;
+    while r.next_element(&mut first)? {
+        read_tool_call(r, out, signed).map_err(|f| f.within(Segment::Index(i)))?;
+        i += 1;
+    }
+    r.seq_end()
+}
+
+/// `ToolCallDelta`: `index`, `id`, `function`, `extra_content`; pushes its fragment.
+#[inline(always)]
+fn read_tool_call(
+    r: &mut Reader<'_>,
+    out: &mut Vec<(Route, ChunkEvent)>,
+    signed: &mut Vec<usize>,
+) -> Result<(), Fault> {
+    const FIELDS: [&str; 4] = ["index", "id", "function", "extra_content"];
+    let shape = r.struct_start("struct ToolCallDelta")?;
+    let (mut index, mut id, mut function, mut signature) = (None, None, None, None);
+    let mut fields = Fields::new(shape, &FIELDS);
+    while let Some(field) = fields.next(r, tool_call_field)? {
+        match field {
+            0 => index = fields.value(r, Reader::opt_index)?,
+            1 => id = fields.value(r, Reader::opt_text)?,
+            2 => function = fields.value(r, read_function)?,
+            _ => {
+                signature = fields.value(r, |r| {
+                    if r.null()? {
+                        return Ok(None);
+                    }
+                    r.string_at(&["google", "thought_signature"])
+                })?
+            }
+        }
+    }
+    r.struct_end(shape)?;
+    let (name, arguments) = function.map_or((None, None), |f: Function| (f.name, f.arguments));
     let mut metadata = Map::new();
-    let signature = extra_content
-        .and_then(|e| e.pointer("/google/thought_signature"))
-        .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty());
-    if let Some(signature) = signature {
+    let signature = signature.filter(|s: &Cow<'_, str>| !s.trim().is_empty());
+    if let Some(signature) = &signature {
         metadata.insert(
             EXTRA_CONTENT.to_string(),
             json!({"google": {"thought_signature": signature}}),
         );
-        if let Some(model) = model {
-            metadata.insert(
-                SIGNATURE_MODEL.to_string(),
-                Value::String(model.to_string()),
-            );
-        }
     }
-    metadata
+    let wire_id = non_blank(id);
+    if push_fragment(out, index, wire_id, name, arguments, metadata) && signature.is_some() {
+        signed.push(out.len() - 1);
+    }
+    Ok(())
 }
 
+/// A `FunctionDelta` read: its name (blank is absent) and argument text (empty is absent).
+struct Function {
+    name: Option<String>,
+    arguments: Option<String>,
+}
+
+/// `FunctionDelta` (optional): `name`, `arguments`.
+#[inline(always)]
+fn read_function(r: &mut Reader<'_>) -> Result<Option<Function>, Fault> {
+    const FIELDS: [&str; 2] = ["name", "arguments"];
+    if r.null()? {
+        return Ok(None);
+    }
+    let shape = r.struct_start("struct FunctionDelta")?;
+    let (mut name, mut arguments) = (None, None);
+    let mut fields = Fields::new(shape, &FIELDS);
+    while let Some(field) = fields.next(r, function_field)? {
+        match field {
+            0 => name = fields.value(r, Reader::opt_text)?,
+            _ => arguments = fields.value(r, Reader::opt_json_text)?,
+        }
+    }
+    r.struct_end(shape)?;
+    Ok(Some(Function {
+        name: non_blank(name),
+        arguments: arguments
+            .map(|a: JsonText| a.text)
+            .filter(|a| !a.is_empty()),
+    }))
+}
+
+// Each struct's fields by key (a `match` on the bytes, the fastest way to tell them apart).
+
+fn chunk_field(key: &[u8]) -> Option<usize> {
+    match key {
+        b"choices" => Some(0),
+        b"error" => Some(1),
+        b"model" => Some(2),
+        _ => None,
+    }
+}
+
+fn choice_field(key: &[u8]) -> Option<usize> {
+    match key {
+        b"index" => Some(0),
+        b"delta" => Some(1),
+        b"finish_reason" => Some(2),
+        _ => None,
+    }
+}
+
+fn delta_field(key: &[u8]) -> Option<usize> {
+    match key {
+        b"tool_calls" => Some(0),
+        b"function_call" => Some(1),
+        _ => None,
+    }
+}
+
+fn tool_call_field(key: &[u8]) -> Option<usize> {
+    match key {
+        b"index" => Some(0),
+        b"id" => Some(1),
+        b"function" => Some(2),
+        b"extra_content" => Some(3),
+        _ => None,
+    }
+}
+
+fn function_field(key: &[u8]) -> Option<usize> {
+    match key {
+        b"name" => Some(0),
+        b"arguments" => Some(1),
+        _ => None,
+    }
+}
+
+/// Blank-is-absent for an optional string read.
+fn non_blank(s: Option<Cow<'_, str>>) -> Option<String> {
+    s.filter(|s| !s.trim().is_empty()).map(Cow::into_owned)
+}
+
+/// Pushes a fragment of call `index` for choice 0 (the choice's route is settled when the
+/// choice ends) unless it says nothing; whether it did.
 fn push_fragment(
-    out: &mut Vec<ChunkEvent>,
+    out: &mut Vec<(Route, ChunkEvent)>,
     index: Option<u32>,
     wire_id: Option<String>,
     name: Option<String>,
     arguments: Option<String>,
     metadata: Map<String, Value>,
-) {
+) -> bool {
     if wire_id.is_none() && name.is_none() && arguments.is_none() && metadata.is_empty() {
         // Nothing said about the call (Azure prelude placeholders, empty keep-alive deltas).
-        return;
+        return false;
     }
-    out.push(ChunkEvent::CallFragment(CallFragment {
-        at: CallRef {
-            index,
-            wire_id,
-            item_id: None,
-        },
-        name,
-        arguments,
-        metadata,
-        ..CallFragment::default()
-    }));
+    out.push((
+        Route::Choice(0),
+        // (every field written out: `..CallFragment::default()` would build and drop a
+        // default of the others)
+        ChunkEvent::CallFragment(CallFragment {
+            at: CallRef {
+                index,
+                wire_id,
+                item_id: None,
+            },
+            name,
+            kind: None,
+            arguments,
+            path_values: Vec::new(),
+            metadata,
+        }),
+    ));
+    true
 }
 
 /// Normalizes a `finish_reason`. `error` (OpenRouter) is [`Finish::Error`]; a reason nobody

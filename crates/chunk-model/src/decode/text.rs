@@ -165,7 +165,7 @@ struct Compact<'s>(&'s mut String);
 
 /// Appends `s` as a JSON string literal, escaped exactly as serde_json does (`"`, `\\` and
 /// control characters only), without an intermediate allocation.
-fn push_json_string(out: &mut String, s: &str) {
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
     out.reserve(s.len() + 2);
     out.push('"');
     let mut start = 0;

@@ -28,14 +28,22 @@ pub fn require_object(provider: Provider, chunk: &[u8]) -> Result<(), DecodeErro
     if chunk.trim_ascii_start().first() == Some(&b'{') {
         return Ok(());
     }
+    Err(not_an_object(provider, chunk))
+}
+
+/// The error [`require_object`] gives for a chunk that does not start with `{`.
+pub fn not_an_object(provider: Provider, chunk: &[u8]) -> DecodeError {
+    if json_deeper_than(chunk, MAX_JSON_DEPTH) {
+        return DecodeError::too_deep(provider, chunk);
+    }
     match serde_json::from_slice::<serde::de::IgnoredAny>(chunk) {
-        Ok(_) => Err(DecodeError::bad_field(
+        Ok(_) => DecodeError::bad_field(
             provider,
             "$",
             format!("expected a JSON object, found {}", json_kind(chunk)),
             chunk,
-        )),
-        Err(e) => Err(DecodeError::not_json(provider, &e, chunk)),
+        ),
+        Err(e) => DecodeError::not_json(provider, &e, chunk),
     }
 }
 

@@ -99,6 +99,7 @@ impl<'a> Loose<'a> {
 
     /// The value as a position: an integer that fits `u32`, an integral float, or such an
     /// integer written as a string. Blank strings are absent.
+    #[inline]
     pub fn index(&self) -> Result<Option<u32>, String> {
         match self {
             Loose::Unsigned(n) => u32::try_from(*n)
