@@ -58,6 +58,11 @@ struct Args {
     /// Extra argument for `toolstream run` (repeatable), e.g. `--worker-arg=--batch-size=512`.
     #[arg(long = "worker-arg", allow_hyphen_values = true)]
     worker_args: Vec<String>,
+    /// Start every conversation within one chunk interval, so their messages end together (a
+    /// burst); by default they start at random offsets within a message and end at a steady
+    /// rate.
+    #[arg(long)]
+    lockstep: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -76,6 +81,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         in_flight: args.in_flight,
         timeout: Duration::from_secs(args.timeout_secs),
         worker_args: args.worker_args.clone(),
+        stagger: !args.lockstep,
     };
     eprintln!(
         "publishing {} conversations x {} message(s) x ~{} chunks ({} calls each)",
@@ -162,6 +168,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "toolstream_batch_apply_seconds_count",
             "toolstream_batch_flush_seconds_sum",
             "toolstream_batch_flush_seconds_count",
+            "toolstream_batch_flush_seconds_bucket",
+            "toolstream_batch_apply_seconds_bucket",
         ]
         .iter()
         .any(|m| l.starts_with(m))

@@ -62,6 +62,10 @@ struct Args {
     /// Each latency run publishes for about this long.
     #[arg(long, default_value_t = 10)]
     latency_secs: u64,
+    /// Latency runs with every conversation in lockstep (their messages end together: how a
+    /// burst is absorbed), instead of staggered (a steady completion rate; `paced` docs).
+    #[arg(long)]
+    lockstep: bool,
     /// Where perf.json and latency.svg go.
     #[arg(long, default_value = "target/perf")]
     out: PathBuf,
@@ -209,6 +213,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             in_flight: 32,
             timeout: Duration::from_secs(args.latency_secs * 6 + 60),
             worker_args: args.worker_args.clone(),
+            stagger: !args.lockstep,
         };
         let r = paced::run(&paced_args, &worker_bin, Some(first)).await?;
         r.check(paced_args.timeout)?;
