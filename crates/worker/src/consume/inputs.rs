@@ -60,17 +60,23 @@ pub struct Rejected {
     pub reason: String,
 }
 
-/// Looks a header up by name, ignoring ASCII case (producers are not always careful).
+/// Looks a header up by name, ignoring ASCII case (producers are not always careful): the
+/// header named exactly `name` if there is one, else one named like it in another case. One
+/// pass over the message's few headers, nothing allocated (`HeaderMap::get` builds and
+/// validates a header name and hashes it, and the search by case made a `String` of every
+/// name: together ~5% of the worker's CPU under a backlog).
 fn header<'h>(headers: Option<&'h HeaderMap>, name: &str) -> Option<&'h str> {
-    let headers = headers?;
-    if let Some(v) = headers.get(name) {
-        return Some(v.as_str());
+    let mut other_case = None;
+    for (k, values) in headers?.iter() {
+        let k: &str = k.as_ref();
+        if k == name {
+            return values.first().map(|v| v.as_str());
+        }
+        if other_case.is_none() && k.eq_ignore_ascii_case(name) {
+            other_case = values.first().map(|v| v.as_str());
+        }
     }
-    headers
-        .iter()
-        .find(|(k, _)| k.to_string().eq_ignore_ascii_case(name))
-        .and_then(|(_, values)| values.first())
-        .map(|v| v.as_str())
+    other_case
 }
 
 /// Turns subject, headers and body into an input (marked `rejected` when its headers cannot
