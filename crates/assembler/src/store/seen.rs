@@ -89,9 +89,17 @@ pub(crate) fn write_staged(
         let (this, after) = rest.split_at(n);
         rest = after;
         let gkey = group_key(skey, *seq);
-        let mut value = match cache.get(skey.as_slice()) {
-            Some((g, v)) if *g == group => v.clone(),
-            _ => storage.get(Space::SeenSets, &gkey)?.unwrap_or_default(),
+        // the group is patched where the cache holds it (read and cached first on a miss)
+        let hit = matches!(cache.get(skey.as_slice()), Some((g, _)) if *g == group);
+        if !hit {
+            let stored = storage.get(Space::SeenSets, &gkey)?.unwrap_or_default();
+            if cache.len() >= cap && !cache.contains_key(skey.as_slice()) {
+                cache.clear();
+            }
+            cache.insert(skey.clone(), (group, stored));
+        }
+        let Some((_, value)) = cache.get_mut(skey.as_slice()) else {
+            continue;
         };
         // (a truncated tail entry is dropped, as `entries` ignores it)
         value.truncate(value.len() - value.len() % ENTRY);
@@ -109,11 +117,7 @@ pub(crate) fn write_staged(
                 None => value.extend(entry),
             }
         }
-        if cache.len() >= cap && !cache.contains_key(skey.as_slice()) {
-            cache.clear();
-        }
-        cache.insert(skey.clone(), (group, value.clone()));
-        writes.put(Space::SeenSets, gkey, value);
+        writes.put(Space::SeenSets, gkey, value.clone());
     }
     Ok(())
 }
