@@ -451,20 +451,24 @@ pub(crate) fn after_step_of(
         register(txn, conv, msg, pos)?;
     }
     stream_results(txn, item, conv, msg, out.results, now)?;
-    if txn
-        .message_at(&mkey)?
-        .is_some_and(|m| m.phase == core::MessagePhase::Ended)
-    {
-        release_on_end(txn, conv, msg)?;
-    }
-    let done = match txn.message_at(&mkey)? {
-        Some(m) => {
-            if m.phase == core::MessagePhase::Ended && m.calls.iter().any(|c| c.needs_text()) {
-                return Err(text_missing());
+    // (only an ended message has results to release and may complete)
+    let phase = txn.message_at(&mkey)?.map(|m| m.phase);
+    let done = match phase {
+        Some(core::MessagePhase::Ended) => {
+            release_on_end(txn, conv, msg)?;
+            match txn.message_at(&mkey)? {
+                Some(m) => {
+                    if m.phase == core::MessagePhase::Ended
+                        && m.calls.iter().any(|c| c.needs_text())
+                    {
+                        return Err(text_missing());
+                    }
+                    core::complete_if_done(m)
+                }
+                None => None,
             }
-            core::complete_if_done(m)
         }
-        None => None,
+        _ => None,
     };
     if let Some(mut ev) = done {
         if ev.provider.is_none() {
@@ -482,8 +486,9 @@ pub(crate) fn after_step_of(
         );
         txn.inner.note_completed();
     }
+    let choices = txn.stream_mut(skey)?.choice_count();
     let mut open = false;
-    for k in 0..txn.stream(skey)?.choice_count() {
+    for k in 0..choices {
         let m = match (k, msg == stream_msg) {
             (0, true) => txn.message_at(&mkey)?,
             _ => txn.message_mut(conv, &choice_message(stream_msg, k))?,

@@ -131,15 +131,21 @@ pub(crate) fn expire_due(
         txn.inner.config.idle_timeout_ms,
         txn.inner.config.orphan_grace_ms,
     );
-    // the same in-memory indexes `tick` walks: no storage read for a stream without timers
-    let gap = txn.inner.gapped.contains(key) && txn.stream(key)?.gap_expired(now, gap_timeout);
+    // What `tick` walks: the gapped and open streams, every one of which the cache holds (a
+    // stream with a timer is live, and live streams stay cached): no storage read, and for
+    // most inputs one hash lookup, for a stream without a timer due.
+    let (gapped, open) = match txn.inner.streams.get(key) {
+        Some(st) => (st.parked > 0, st.open),
+        None => (false, false),
+    };
+    let gap = gapped && txn.stream(key)?.gap_expired(now, gap_timeout);
     if gap {
         expire_gap(txn, key, kind, conv, msg, now)?;
-    } else if kind == InputKind::Chunk
-        && txn.inner.open.contains(key)
-        && txn.stream(key)?.idle_expired(now, idle_timeout)
-    {
+    } else if kind == InputKind::Chunk && open && txn.stream(key)?.idle_expired(now, idle_timeout) {
         end_stream(txn, key, conv, msg, Reason::Timeout, now)?;
+    }
+    if txn.inner.pending.is_empty() {
+        return Ok(());
     }
     // only this conversation's pending results (the map is ordered by conversation first):
     // this runs before every input
