@@ -26,8 +26,9 @@ pub(crate) struct Txn<'a> {
     pub writes: WriteSet,
     /// Streams changed by this unit.
     dirty_streams: Keys,
-    /// Streams read or changed by this unit (trimmed from the cache at commit).
-    touched_streams: Keys,
+    /// Streams read or changed by this unit (trimmed from the cache at commit), each with how
+    /// the timer indexes held it when the unit first touched it ([`Indexed`]).
+    touched_streams: Vec<(Vec<u8>, Indexed)>,
     /// Messages changed by this unit.
     dirty_messages: Keys,
     /// Outbox rows written.
@@ -50,7 +51,7 @@ impl<'a> Txn<'a> {
             storage,
             writes: WriteSet::default(),
             dirty_streams: Keys::default(),
-            touched_streams: Keys::default(),
+            touched_streams: Vec::new(),
             dirty_messages: Keys::default(),
             rows: 0,
             events: 0,
@@ -80,7 +81,20 @@ impl<'a> Txn<'a> {
 
     /// The stream's state for reading (default when unknown), loaded into the cache.
     pub fn stream(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
-        self.touched_streams.note(key);
+        if !self
+            .touched_streams
+            .iter()
+            .any(|(k, _)| k.as_slice() == key)
+        {
+            // a stream the indexes hold is live, and live streams are cached (`Inner`): its
+            // cached flags are its index entries
+            let indexed = self
+                .inner
+                .streams
+                .get(key)
+                .map_or(Indexed::default(), Indexed::of);
+            self.touched_streams.push((key.to_vec(), indexed));
+        }
         if !self.inner.streams.contains_key(key) {
             let st = match self.storage.get(Space::Streams, key)? {
                 Some(v) => compact::decode_stream(&v)?,
@@ -408,8 +422,12 @@ impl<'a> Txn<'a> {
             if let Some(st) = self.inner.streams.get(key) {
                 self.writes
                     .put(Space::Streams, key.clone(), compact::encode_stream(st));
-                let live = st.open || st.parked > 0;
-                let was_live = self.inner.open.contains(key) || self.inner.gapped.contains(key);
+                let live = Indexed::of(st).live();
+                let was_live = self
+                    .touched_streams
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .is_some_and(|(_, was)| was.live());
                 if live && !was_live {
                     self.writes.put(Space::Live, key.clone(), Vec::new());
                 } else if was_live && !live {
@@ -450,10 +468,13 @@ impl<'a> Txn<'a> {
         let writes = std::mem::take(&mut self.writes);
         self.storage.commit(writes)?;
         // Trim the cache to what stays live, and update the timer indexes.
-        for key in self.touched_streams.iter() {
+        for (key, was) in &self.touched_streams {
             if let Some(st) = self.inner.streams.get(key) {
                 let (open, parked) = (st.open, st.parked);
-                self.inner.index_stream(key, open, parked);
+                // (most inputs leave their stream as the indexes hold it)
+                if Indexed::of(st) != *was {
+                    self.inner.index_stream(key, open, parked);
+                }
                 if !open && parked == 0 {
                     self.inner.streams.remove(key);
                     self.inner.seen.remove(key.as_slice());
@@ -600,6 +621,27 @@ pub fn load_args(
         }
     }
     Ok(())
+}
+
+/// How the timer indexes hold a stream (`Inner::open`, `Inner::gapped`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Indexed {
+    open: bool,
+    gapped: bool,
+}
+
+impl Indexed {
+    fn of(st: &StreamState) -> Indexed {
+        Indexed {
+            open: st.open,
+            gapped: st.parked > 0,
+        }
+    }
+
+    /// Open or gapped: the stream's key is in the `Live` keyspace.
+    fn live(self) -> bool {
+        self.open || self.gapped
+    }
 }
 
 /// The keys a unit of work noted, each once, in the order noted: a unit touches one stream
