@@ -57,17 +57,38 @@ const quiet = () => {
 };
 quiet();
 let printed = 0;
+let lastSeq = after;
 let caughtUp = false;
+const caughtUpAt = (seq) => {
+  print({ caught_up: seq });
+  caughtUp = true;
+};
+// A message's `pending` is the server's count when it was sent; a busy server (nats-server 2.9
+// under load) can send the last stored event with a count that is not 0 yet. So when nothing
+// arrives for a while, the consumer itself is asked: nothing pending, nothing unacked, nothing
+// more stored, the page is caught up at the last event it printed.
+const idle = setInterval(async () => {
+  if (caughtUp) return;
+  const seqBefore = lastSeq;
+  try {
+    const info = await consumer.info();
+    if (!caughtUp && lastSeq === seqBefore && info.num_pending === 0 && info.num_ack_pending === 0) {
+      caughtUpAt(lastSeq);
+      if (!follow) await messages.close();
+    }
+  } catch (err) {
+    told.push(`consumer info: ${err.message}`);
+  }
+}, 3_000);
 for await (const m of messages) {
   print({ seq: m.seq, event: m.json() }); // m.seq: the stream sequence, the SSE id
   printed += 1;
+  lastSeq = m.seq;
   quiet();
-  if (!caughtUp && m.info.pending === 0) {
-    print({ caught_up: m.seq });
-    caughtUp = true;
-  }
+  if (!caughtUp && m.info.pending === 0) caughtUpAt(m.seq);
   if (follow ? printed >= follow : caughtUp) break;
 }
+clearInterval(idle);
 clearTimeout(timer);
 await messages.close();
 
