@@ -140,8 +140,8 @@ impl Layer {
     }
 
     /// Appends `value` (the argument piece at `key`) to the call's latest piece here, when
-    /// that holds text and comes before `key`, logging the append; otherwise hands `value`
-    /// back.
+    /// that holds text, less than [`super::JOIN_PIECE_MAX`] bytes, and comes before `key`,
+    /// logging the append; otherwise hands `value` back.
     ///
     /// Readers concatenate a call's pieces in key order and tolerate gaps in piece numbers,
     /// and a call's piece numbers only grow until a replace (which deletes the old pieces
@@ -167,7 +167,7 @@ impl Layer {
             return Some(value);
         }
         match self.values.get_mut(latest) {
-            Some(Some(text)) => {
+            Some(Some(text)) if text.len() < super::JOIN_PIECE_MAX => {
                 entry(log, TAG_APPEND, latest);
                 put_field(log, &value);
                 self.bytes += value.len();

@@ -15,13 +15,17 @@
 //! flushed commit.
 
 use super::layer::{piece_of, Layer};
-use super::{lock, Shared, EXTEND_STORED_MAX, MARKER_KEY};
+use super::{lock, Shared, EXTEND_STORED_MAX, JOIN_PIECE_MAX, MARKER_KEY};
 use crate::error::StoreError;
 use crate::storage::{Pair, Space};
 use std::borrow::Cow;
 
 /// Writes applied to sled per batch (a few in unit tests, so that they cross batches).
 pub(super) const MATERIALIZE_BATCH_WRITES: usize = if cfg!(test) { 3 } else { 512 };
+
+/// Bytes (keys and values) written to sled per batch: a batch's replaced leaf versions are
+/// held until it ends, and leaves holding argument text are large.
+pub(super) const MATERIALIZE_BATCH_BYTES: usize = 1024 * 1024;
 
 /// A layer frozen for materialization: read beneath the active layer until sled holds it.
 #[derive(Debug)]
@@ -37,12 +41,7 @@ pub(super) struct Frozen {
 /// stays where it is, readable, and the log still holds it: nothing is lost, and the next
 /// flush tries again.
 pub(super) fn run(shared: &Shared, frozen: &Frozen) -> Result<(), StoreError> {
-    let (batches, mut last) = batches_of(shared, &frozen.writes)?;
-    let regular = batches.len();
-    for (index, batch) in batches.into_iter().enumerate() {
-        shared.fail_before_batch(index, false)?;
-        shared.tree.apply_batch(batch)?;
-    }
+    let (regular, mut last) = apply_batches(shared, &frozen.writes)?;
     shared.fail_before_batch(regular, true)?;
     for key in &frozen.legacy {
         last.remove(key.as_slice());
@@ -65,9 +64,11 @@ pub(super) fn run(shared: &Shared, frozen: &Frozen) -> Result<(), StoreError> {
 /// buffered keys folded into it.
 type Run = (Vec<u8>, u32, Vec<u8>, bool, Vec<Vec<u8>>);
 
-/// `writes` as sled batches of at most [`MATERIALIZE_BATCH_WRITES`] writes to keys it holds,
-/// and a last batch with the writes to keys it does not hold (stored argument pieces
-/// extended).
+/// Applies `writes` to sled in batches of at most [`MATERIALIZE_BATCH_WRITES`] writes (and
+/// [`MATERIALIZE_BATCH_BYTES`]) to keys it holds, each as soon as it is full (the layer is not
+/// copied whole first: 41 MiB at the peak of `open 100000 100`); returns how many, and the last
+/// batch, with the writes to keys it does not hold (stored argument pieces extended), for
+/// the caller to apply.
 ///
 /// A run of consecutive argument pieces of one call is written as its first piece holding
 /// their concatenation (see [`Space::Args`]): one sled write instead of one per fragment. A
@@ -76,11 +77,8 @@ type Run = (Vec<u8>, u32, Vec<u8>, bool, Vec<Vec<u8>>);
 /// folded into a run are removed from sled (they hold nothing there, unless a replace left an
 /// older piece under the same number, whose text would otherwise be read after the run's:
 /// `flush_log_review_2.rs`). Values go in their form at rest ([`Shared::rest_form`]).
-fn batches_of(
-    shared: &Shared,
-    writes: &Layer,
-) -> Result<(Vec<sled::Batch>, sled::Batch), StoreError> {
-    let mut batch = Batches::default();
+fn apply_batches(shared: &Shared, writes: &Layer) -> Result<(usize, sled::Batch), StoreError> {
+    let mut batch = Batches::new(shared);
     let mut run: Option<Run> = None;
     let mut prev: Option<&[u8]> = None;
     for (k, v) in writes.iter() {
@@ -91,6 +89,7 @@ fn batches_of(
             if first_key.len() == k.len()
                 && first_key.starts_with(prefix)
                 && last.checked_add(1) == Some(n)
+                && text.len() < JOIN_PIECE_MAX
             {
                 *last = n;
                 text.extend_from_slice(bytes);
@@ -100,13 +99,18 @@ fn batches_of(
             }
         }
         if let Some(run) = run.take() {
-            batch.run(run);
+            batch.run(run)?;
         }
         match (v, piece) {
             (Some(v), Some((prefix, n))) => {
                 let follows_buffered =
                     prev.is_some_and(|p| p.len() == k.len() && p.starts_with(prefix));
-                let stored = match follows_buffered {
+                // (a run that starts with a piece of EXTEND_STORED_MAX or more gets a key of
+                // its own without looking at sled: reading the call's last stored piece pulls
+                // its leaf, large with argument text, into sled's cache, which counts it by
+                // its size on disk (a blob's pointer): `open 2048 131072 4096` held 120 MiB
+                // of such leaves)
+                let stored = match follows_buffered || v.len() >= EXTEND_STORED_MAX {
                     true => None,
                     false => stored_piece_to_extend(shared, k, prefix, n)?,
                 };
@@ -119,17 +123,17 @@ fn batches_of(
                 });
             }
             (Some(v), None) => match shared.rest_form(k, v)? {
-                Cow::Borrowed(v) => batch.insert(k, v, false),
-                Cow::Owned(v) => batch.insert(k, v, false),
+                Cow::Borrowed(v) => batch.insert(k, v, false)?,
+                Cow::Owned(v) => batch.insert(k, v, false)?,
             },
-            (None, _) => batch.remove(k),
+            (None, _) => batch.remove(k)?,
         }
         prev = Some(k);
     }
     if let Some(run) = run.take() {
-        batch.run(run);
+        batch.run(run)?;
     }
-    Ok(batch.finish())
+    batch.finish()
 }
 
 /// For a buffered argument piece `key` (piece `n` > 0 of the call `prefix`) that no buffered
@@ -163,58 +167,93 @@ fn stored_piece_to_extend(
     Ok(Some((stored_key.to_vec(), value.to_vec())))
 }
 
-/// A materialization's sled batches (see [`batches_of`]).
-#[derive(Default)]
-struct Batches {
-    full: Vec<sled::Batch>,
+/// A materialization's sled batches (see [`apply_batches`]): the current one, applied once
+/// full, and the last one.
+struct Batches<'a> {
+    shared: &'a Shared,
+    /// Batches applied so far.
+    applied: usize,
     current: sled::Batch,
     len: usize,
+    bytes: usize,
     last: sled::Batch,
 }
 
-impl Batches {
+impl<'a> Batches<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        Batches {
+            shared,
+            applied: 0,
+            current: sled::Batch::default(),
+            len: 0,
+            bytes: 0,
+            last: sled::Batch::default(),
+        }
+    }
+
     /// Sets `key`; `unbuffered` when the layer does not hold `key` (then it goes last).
     fn insert(
         &mut self,
         key: impl Into<sled::IVec>,
         value: impl Into<sled::IVec>,
         unbuffered: bool,
-    ) {
+    ) -> Result<(), StoreError> {
         match unbuffered {
-            true => self.last.insert(key, value),
+            true => {
+                self.last.insert(key, value);
+                Ok(())
+            }
             false => {
+                let (key, value) = (key.into(), value.into());
+                let bytes = key.len() + value.len();
                 self.current.insert(key, value);
-                self.counted();
+                self.counted(bytes)
             }
         }
     }
 
-    fn remove(&mut self, key: impl Into<sled::IVec>) {
+    fn remove(&mut self, key: impl Into<sled::IVec>) -> Result<(), StoreError> {
+        let key = key.into();
+        let bytes = key.len();
         self.current.remove(key);
-        self.counted();
+        self.counted(bytes)
     }
 
     /// A finished run: its joined text under its key, the keys folded into it removed.
-    fn run(&mut self, (key, _, text, stored, folded): Run) {
-        self.insert(key, text, stored);
+    fn run(&mut self, (key, _, text, stored, folded): Run) -> Result<(), StoreError> {
+        self.insert(key, text, stored)?;
         for key in folded {
-            self.remove(key);
+            self.remove(key)?;
         }
+        Ok(())
     }
 
-    fn counted(&mut self) {
+    fn counted(&mut self, bytes: usize) -> Result<(), StoreError> {
         self.len += 1;
-        if self.len >= MATERIALIZE_BATCH_WRITES {
-            self.full.push(std::mem::take(&mut self.current));
-            self.len = 0;
+        self.bytes += bytes;
+        if self.len >= MATERIALIZE_BATCH_WRITES || self.bytes >= MATERIALIZE_BATCH_BYTES {
+            self.apply_current()?;
         }
+        Ok(())
     }
 
-    fn finish(mut self) -> (Vec<sled::Batch>, sled::Batch) {
+    fn apply_current(&mut self) -> Result<(), StoreError> {
+        self.shared.fail_before_batch(self.applied, false)?;
+        self.shared
+            .tree
+            .apply_batch(std::mem::take(&mut self.current))?;
+        self.applied += 1;
+        self.len = 0;
+        self.bytes = 0;
+        Ok(())
+    }
+
+    /// Applies what is left of the current batch; how many were applied, and the last one.
+    fn finish(mut self) -> Result<(usize, sled::Batch), StoreError> {
         if self.len > 0 {
-            self.full.push(self.current);
+            self.apply_current()?;
         }
-        (self.full, self.last)
+        Ok((self.applied, self.last))
     }
 }
 

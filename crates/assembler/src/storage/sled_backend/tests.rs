@@ -1,5 +1,6 @@
-//! Unit tests of the sled storage: the layers, the flush log's files, materializations in the
-//! background, crashes (in-process: `discard_unflushed`, drop, reopen) and a random model.
+//! Unit tests of the sled storage: the layers, the flush log's files, materializations (in
+//! the flush that freezes a layer), crashes (in-process: `discard_unflushed`, drop, reopen)
+//! and a random model.
 
 use super::layer::{TAG_DELETE, TAG_PATCH, TAG_PUT};
 use super::*;
@@ -82,10 +83,7 @@ fn segments(dir: &Path) -> Vec<(u64, usize)> {
 
 /// Waits until no materialization runs.
 fn settled_background(s: &SledStorage) {
-    let job = wait_running(&s.shared, s.shared.state()).job.take();
-    if let Some(job) = job {
-        job.join().unwrap();
-    }
+    drop(wait_running(&s.shared, s.shared.state()));
 }
 
 /// Opens the directory with sled alone (as a release before the flush log would).
@@ -179,6 +177,75 @@ fn a_long_stored_piece_is_not_copied_again_and_other_calls_are_not_extended() {
         .map(|(_, v)| String::from_utf8(v).unwrap())
         .collect();
     assert_eq!(call0, format!("{long}y"));
+}
+
+#[test]
+fn pieces_are_joined_in_a_layer_only_up_to_join_piece_max() {
+    let s = SledStorage::temporary().unwrap();
+    put(&s, 0, &"a".repeat(JOIN_PIECE_MAX - 1));
+    put(&s, 1, "b");
+    assert_eq!(active_args(&s), 1, "joined while under JOIN_PIECE_MAX");
+    put(&s, 2, "c");
+    assert_eq!(
+        active_args(&s),
+        2,
+        "a piece of JOIN_PIECE_MAX takes no more"
+    );
+    put(&s, 3, "d");
+    assert_eq!(active_args(&s), 2);
+    let want = format!("{}bcd", "a".repeat(JOIN_PIECE_MAX - 1));
+    assert_eq!(text(&s), want);
+    s.materialize_now().unwrap();
+    assert_eq!(
+        stored_args(&s),
+        2,
+        "nor are they joined on their way to sled"
+    );
+    assert_eq!(text(&s), want);
+}
+
+/// The other half of the memory bug: extending a call's stored piece reads its leaf (large
+/// with argument text) into sled's cache; a run that starts with a piece of
+/// `EXTEND_STORED_MAX` or more is not worth it and gets a key of its own.
+#[test]
+fn a_run_starting_with_a_long_piece_does_not_extend_the_stored_one() {
+    let s = SledStorage::temporary().unwrap();
+    put(&s, 0, "ab");
+    s.materialize_now().unwrap();
+    let long = "x".repeat(EXTEND_STORED_MAX);
+    put(&s, 1, &long);
+    s.materialize_now().unwrap();
+    assert_eq!(stored_args(&s), 2);
+    assert_eq!(text(&s), format!("ab{long}"));
+    // a short run still extends the short stored piece it follows
+    let s = SledStorage::temporary().unwrap();
+    put(&s, 0, "ab");
+    s.materialize_now().unwrap();
+    put(&s, 1, "cd");
+    s.materialize_now().unwrap();
+    assert_eq!(stored_args(&s), 1);
+    assert_eq!(text(&s), "abcd");
+}
+
+#[test]
+fn a_materialization_batch_ends_at_a_mebibyte_of_writes() {
+    let s = SledStorage::temporary().unwrap();
+    // fewer writes than a batch holds (3 in tests), more bytes than it may
+    for k in ["a", "b", "c"] {
+        let mut w = WriteSet::default();
+        w.put(Space::Parked, k.as_bytes().to_vec(), vec![1; 700 * 1024]);
+        s.commit(w).unwrap();
+    }
+    s.fail_next_materialization_before(1);
+    assert!(s.materialize_now().is_err());
+    assert_eq!(
+        stored_keys(&s, Space::Parked),
+        2,
+        "the first batch closed at 1 MiB, after two values"
+    );
+    assert_eq!(s.scan_prefix(Space::Parked, b"").unwrap().len(), 3);
+    s.materialize_now().unwrap();
+    assert_eq!(stored_keys(&s, Space::Parked), 3);
 }
 
 #[test]
@@ -301,20 +368,30 @@ fn a_key_put_and_deleted_in_one_window_leaves_no_tombstone() {
     assert_eq!(s.count(Space::Outbox).unwrap(), 0);
 }
 
+/// The memory bug of a materialization on a thread of its own (sled's cache and glibc's
+/// arenas grew past their bounds while it wrote sled beside the apply thread): the flush that
+/// freezes the layer writes it to sled before it returns, and nothing runs after it.
 #[test]
-fn every_materialize_flushes_flush_freezes_the_layer_and_the_background_empties_the_log() {
+fn every_materialize_flushes_flush_freezes_the_layer_and_materializes_it_before_it_returns() {
     let dir = tempfile::tempdir().unwrap();
     let s = SledStorage::open(dir.path()).unwrap();
     for i in 0..MATERIALIZE_FLUSHES - 1 {
         put_kv(&s, Space::Streams, "k", &format!("v{i}"));
         s.flush().unwrap();
     }
-    settled_background(&s);
     assert_eq!(stored_keys(&s, Space::Streams), 0);
     assert_eq!(s.log_records(), MATERIALIZE_FLUSHES - 1);
     put_kv(&s, Space::Streams, "k", "last");
     s.flush().unwrap();
-    settled_background(&s);
+    {
+        let st = s.shared.state();
+        assert_eq!(
+            st.phase,
+            Phase::Idle,
+            "nothing left running after the flush"
+        );
+        assert!(st.frozen.is_none());
+    }
     assert_eq!(stored_keys(&s, Space::Streams), 1, "materialized");
     assert_eq!(s.log_records(), 0);
     assert!(
@@ -352,7 +429,6 @@ fn a_large_layer_is_frozen_at_the_next_flush() {
     w.put(Space::Parked, b"big".to_vec(), vec![7; MATERIALIZE_BYTES]);
     s.commit(w).unwrap();
     s.flush().unwrap();
-    settled_background(&s);
     assert_eq!(s.log_records(), 0);
     assert_eq!(stored_keys(&s, Space::Parked), 1);
     assert_eq!(
@@ -618,7 +694,7 @@ fn legacy_key(record: u64, part: u32) -> Vec<u8> {
 }
 
 #[test]
-fn readers_see_the_same_while_materializations_run_in_the_background() {
+fn readers_see_the_same_while_flushes_materialize() {
     let s = Arc::new(SledStorage::temporary().unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
@@ -684,7 +760,7 @@ enum Op {
     Crash,
     /// A crash before this batch of a materialization.
     CrashMaterializing(usize),
-    /// Waits for the background materialization, if one runs.
+    /// Waits for a running materialization, if one runs (none should, after a flush).
     Settle,
 }
 
