@@ -42,10 +42,18 @@ impl Worker {
     ) -> anyhow::Result<Worker> {
         let metrics_port = toolstream_testkit::free_port();
         // THROUGHPUT_WORKER_LOG keeps the worker's log past the run (with RUST_LOG, to see
-        // where time goes)
-        let log = std::env::var_os("THROUGHPUT_WORKER_LOG")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| dir.join("worker.log"));
+        // where time goes); a directory keeps one per worker started (`worker-<unix ms>.log`)
+        let log = match std::env::var_os("THROUGHPUT_WORKER_LOG").map(PathBuf::from) {
+            Some(d) if d.is_dir() => {
+                let ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis())
+                    .unwrap_or_default();
+                d.join(format!("worker-{ms}.log"))
+            }
+            Some(path) => path,
+            None => dir.join("worker.log"),
+        };
         let log_file = std::fs::File::create(&log).context("worker log")?;
         let child = Command::new(bin)
             .arg("run")
