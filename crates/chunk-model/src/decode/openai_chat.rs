@@ -155,6 +155,21 @@ fn read_choices(
     out: &mut Vec<(Route, ChunkEvent)>,
     signed: &mut Vec<usize>,
 ) -> Result<(), Fault> {
+    read_seq(r, out, signed, read_choice)
+}
+
+/// A sequence (or `null`) whose elements `element` reads; a fault names its element's index.
+#[inline(always)]
+fn read_seq(
+    r: &mut Reader<'_>,
+    out: &mut Vec<(Route, ChunkEvent)>,
+    signed: &mut Vec<usize>,
+    mut element: impl FnMut(
+        &mut Reader<'_>,
+        &mut Vec<(Route, ChunkEvent)>,
+        &mut Vec<usize>,
+    ) -> Result<(), Fault>,
+) -> Result<(), Fault> {
     if r.null()? {
         return Ok(());
     }
@@ -162,7 +177,7 @@ fn read_choices(
     let mut first = true;
     let mut i = 0;
     while r.next_element(&mut first)? {
-        read_choice(r, out, signed).map_err(|f| f.within(Segment::Index(i)))?;
+        element(r, out, signed).map_err(|f| f.within(Segment::Index(i)))?;
         i += 1;
     }
     r.seq_end()
@@ -239,17 +254,7 @@ fn read_tool_calls(
     out: &mut Vec<(Route, ChunkEvent)>,
     signed: &mut Vec<usize>,
 ) -> Result<(), Fault> {
-    if r.null()? {
-        return Ok(());
-    }
-    r.seq_start()?;
-    let mut first = true;
-    let mut i = 0;
-    while r.next_element(&mut first)? {
-        read_tool_call(r, out, signed).map_err(|f| f.within(Segment::Index(i)))?;
-        i += 1;
-    }
-    r.seq_end()
+    read_seq(r, out, signed, read_tool_call)
 }
 
 /// `ToolCallDelta`: `index`, `id`, `function`, `extra_content`; pushes its fragment.
