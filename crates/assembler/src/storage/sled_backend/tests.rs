@@ -62,13 +62,22 @@ fn value(s: &SledStorage, space: Space, k: &str) -> Option<String> {
 fn reopen(dir: &Path, s: SledStorage) -> SledStorage {
     s.discard_unflushed();
     drop(s);
+    open_again(dir)
+}
+
+/// Opens the store at `dir`, waiting while the sled instance dropped just before still holds
+/// its lock (its threads let go of it after the drop returns: an open right after one
+/// failed once in the whole suite's run).
+fn open_again(dir: &Path) -> SledStorage {
+    let mut last = None;
     for _ in 0..200 {
-        if let Ok(s) = SledStorage::open(dir) {
-            return s;
+        match SledStorage::open(dir) {
+            Ok(s) => return s,
+            Err(e) => last = Some(e),
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    panic!("cannot reopen {}", dir.display());
+    panic!("cannot open {} again: {last:?}", dir.display());
 }
 
 /// The segments on disk, and their records.
@@ -269,7 +278,7 @@ fn a_replace_then_append_reads_only_the_new_text() {
 #[test]
 fn a_flush_appends_one_record_and_a_crash_keeps_exactly_the_flushed_commits() {
     let dir = tempfile::tempdir().unwrap();
-    let s = SledStorage::open(dir.path()).unwrap();
+    let s = open_again(dir.path());
     put_kv(&s, Space::Streams, "a", "1");
     put_kv(&s, Space::Messages, "b", "1");
     s.flush().unwrap();
@@ -315,7 +324,7 @@ fn a_flush_appends_one_record_and_a_crash_keeps_exactly_the_flushed_commits() {
 #[test]
 fn rewrites_are_logged_as_patches_and_appends_as_their_new_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let s = SledStorage::open(dir.path()).unwrap();
+    let s = open_again(dir.path());
     let first = "x".repeat(10_000);
     put(&s, 0, &first);
     let state = "s".repeat(300);
@@ -374,7 +383,7 @@ fn a_key_put_and_deleted_in_one_window_leaves_no_tombstone() {
 #[test]
 fn every_materialize_flushes_flush_freezes_the_layer_and_materializes_it_before_it_returns() {
     let dir = tempfile::tempdir().unwrap();
-    let s = SledStorage::open(dir.path()).unwrap();
+    let s = open_again(dir.path());
     for i in 0..MATERIALIZE_FLUSHES - 1 {
         put_kv(&s, Space::Streams, "k", &format!("v{i}"));
         s.flush().unwrap();
@@ -440,7 +449,7 @@ fn a_large_layer_is_frozen_at_the_next_flush() {
 #[test]
 fn a_settled_store_holds_everything_in_its_keyspaces_and_no_log() {
     let dir = tempfile::tempdir().unwrap();
-    let s = SledStorage::open(dir.path()).unwrap();
+    let s = open_again(dir.path());
     put_kv(&s, Space::Streams, "a", "1");
     put(&s, 0, "text");
     s.flush().unwrap();
@@ -475,18 +484,24 @@ fn values_go_to_sled_in_their_form_at_rest_and_are_read_in_either() {
     assert_eq!(value(&s, Space::Streams, "s").as_deref(), Some("state"));
 }
 
-#[test]
-fn a_corrupt_record_refuses_to_open_instead_of_losing_commits() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = SledStorage::open(dir.path()).unwrap();
+/// A store whose first segment holds two flushed records (`a`, then `b`), left as a crash
+/// leaves it: the segment's path.
+fn two_flushed_records(dir: &Path) -> PathBuf {
+    let s = SledStorage::open(dir).unwrap();
     put_kv(&s, Space::Streams, "a", "1");
     s.flush().unwrap();
     put_kv(&s, Space::Streams, "b", "2");
     s.flush().unwrap();
     s.discard_unflushed();
     drop(s);
+    wal::dir_of(dir).join(format!("{:016x}.log", 1))
+}
+
+#[test]
+fn a_corrupt_record_refuses_to_open_instead_of_losing_commits() {
+    let dir = tempfile::tempdir().unwrap();
     // the first record's payload damaged, the second whole after it
-    let path = wal::dir_of(dir.path()).join(format!("{:016x}.log", 1));
+    let path = two_flushed_records(dir.path());
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[10] ^= 0x55;
     std::fs::write(&path, &bytes).unwrap();
@@ -509,18 +524,11 @@ fn a_corrupt_record_refuses_to_open_instead_of_losing_commits() {
 #[test]
 fn a_torn_last_record_loses_only_its_own_commits_and_is_cut_before_the_next_append() {
     let dir = tempfile::tempdir().unwrap();
-    let s = SledStorage::open(dir.path()).unwrap();
-    put_kv(&s, Space::Streams, "a", "1");
-    s.flush().unwrap();
-    put_kv(&s, Space::Streams, "b", "2");
-    s.flush().unwrap();
-    s.discard_unflushed();
-    drop(s);
     // the process died while appending the second record: cut it in the middle
-    let path = wal::dir_of(dir.path()).join(format!("{:016x}.log", 1));
+    let path = two_flushed_records(dir.path());
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
-    let s = SledStorage::open(dir.path()).unwrap();
+    let s = open_again(dir.path());
     assert_eq!(value(&s, Space::Streams, "a").as_deref(), Some("1"));
     assert_eq!(value(&s, Space::Streams, "b"), None);
     put_kv(&s, Space::Streams, "c", "3");
@@ -534,7 +542,7 @@ fn a_torn_last_record_loses_only_its_own_commits_and_is_cut_before_the_next_appe
 #[test]
 fn a_store_only_read_is_left_as_it_was_found() {
     let dir = tempfile::tempdir().unwrap();
-    let s = SledStorage::open(dir.path()).unwrap();
+    let s = open_again(dir.path());
     put_kv(&s, Space::Streams, "a", "1");
     s.flush().unwrap();
     let s = reopen(dir.path(), s);
@@ -548,7 +556,7 @@ fn a_store_only_read_is_left_as_it_was_found() {
     drop(f);
     let found = std::fs::read(&path).unwrap();
     drop(s);
-    let s = SledStorage::open(dir.path()).unwrap();
+    let s = open_again(dir.path());
     assert_eq!(value(&s, Space::Streams, "a").as_deref(), Some("1"));
     drop(s); // read, never written: nothing materialized, nothing cut
     assert_eq!(std::fs::read(&path).unwrap(), found);
@@ -559,7 +567,7 @@ fn a_store_only_read_is_left_as_it_was_found() {
         0
     );
     // one that writes is settled when dropped
-    let s = SledStorage::open(dir.path()).unwrap();
+    let s = open_again(dir.path());
     put_kv(&s, Space::Streams, "b", "2");
     drop(s);
     assert!(segments(dir.path()).is_empty());
@@ -572,7 +580,7 @@ fn a_store_only_read_is_left_as_it_was_found() {
 #[test]
 fn a_crash_between_the_batches_of_a_materialization_reads_the_same_as_before_it() {
     let dir = tempfile::tempdir().unwrap();
-    let s = SledStorage::open(dir.path()).unwrap();
+    let s = open_again(dir.path());
     // a stored piece the materialization will extend (a write to a key not in the layer)
     put(&s, 0, "ab");
     for k in 0..20u8 {
@@ -656,7 +664,7 @@ fn log_records_of_an_earlier_release_in_sled_are_replayed_then_deleted() {
         tree.insert(legacy_key(1, 0), second).unwrap();
         tree.flush().unwrap();
     });
-    let s = SledStorage::open(dir.path()).unwrap();
+    let s = open_again(dir.path());
     assert_eq!(value(&s, Space::Streams, "k").as_deref(), Some("abXYop"));
     assert_eq!(value(&s, Space::Streams, "old"), None);
     assert_eq!(s.log_records(), 2);
@@ -829,7 +837,7 @@ proptest::proptest! {
         ops in proptest::collection::vec(op(), 1..400)
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = SledStorage::open(dir.path()).unwrap();
+        let mut s = open_again(dir.path());
         let mut live: Model = Default::default();
         let mut flushed: Model = Default::default();
         // next piece number per call (piece numbers only grow until a replace)
