@@ -1,18 +1,20 @@
 //! Materializing a frozen layer: writing it to sled's keyspaces, then letting go of the flush
 //! log that held it (see the module docs of `super`).
 //!
-//! The layer goes to sled in batches of [`MATERIALIZE_BATCH_WRITES`] writes (sled keeps every
-//! leaf version an insert replaces until its batch ends, so one batch for a layer spanning
-//! 100,000 streams held ~250 MiB more at its peak, `open_streams_memory open 100000 100`).
+//! The layer goes to sled in batches of [`MATERIALIZE_BATCH_WRITES`] writes or
+//! [`MATERIALIZE_BATCH_BYTES`], each applied as soon as it is full (sled keeps every leaf
+//! version an insert replaces until its batch ends, so one batch for a layer spanning 100,000
+//! streams held ~250 MiB more at its peak, `open_streams_memory open 100000 100`).
 //! Those batches only write keys the frozen layer holds, with the values it holds: readers
 //! look in the layer first, so they read the same before, during and after. The writes to
 //! keys the layer does not hold (a stored argument piece extended with the layer's run of
 //! pieces, see [`stored_piece_to_extend`]), the deletion of an earlier release's log records
 //! and the **marker** (the window materialized through) go in one last batch, applied under
 //! the state lock together with the layer's removal: no reader sees a piece extended while
-//! the layer still holds the run. Then sled is flushed, and only then are the window's
-//! segments removed: at every moment, sled plus the segments after its marker hold every
-//! flushed commit.
+//! the layer still holds the run. (That last batch is not bounded: one extension per call
+//! the window continued, at most about 8 KiB each.) Then sled is flushed, and only then are
+//! the window's segments removed: at every moment, sled plus the segments after its marker
+//! hold every flushed commit.
 
 use super::layer::{piece_of, Layer};
 use super::{lock, Shared, EXTEND_STORED_MAX, JOIN_PIECE_MAX, MARKER_KEY};
@@ -37,9 +39,11 @@ pub(super) struct Frozen {
     pub legacy: Vec<Vec<u8>>,
 }
 
-/// Writes `frozen` to sled and lets go of it (see the module docs). On an error the layer
-/// stays where it is, readable, and the log still holds it: nothing is lost, and the next
-/// flush tries again.
+/// Writes `frozen` to sled and lets go of it (see the module docs). On an error before its
+/// last batch the layer stays where it is, readable, and the log still holds it: nothing is
+/// lost, and the next flush tries again. On an error in sled's flush after it, the layer is
+/// gone (sled holds it) and the window stays unsynced: the next flush syncs it before it
+/// appends anything ([`super::State::unsynced`]).
 pub(super) fn run(shared: &Shared, frozen: &Frozen) -> Result<(), StoreError> {
     let (regular, mut last) = apply_batches(shared, &frozen.writes)?;
     shared.fail_before_batch(regular, true)?;
@@ -53,10 +57,16 @@ pub(super) fn run(shared: &Shared, frozen: &Frozen) -> Result<(), StoreError> {
         st.frozen = None;
         st.frozen_records = 0;
         st.phase = super::Phase::Idle;
+        st.unsynced = Some(frozen.window);
     }
     shared.materialized.notify_all();
-    shared.db.flush()?;
-    super::wal::remove_through(&shared.wal_dir, frozen.window)
+    shared.sled_flush()?;
+    super::wal::remove_through(&shared.wal_dir, frozen.window)?;
+    let mut st = lock(&shared.state);
+    if st.unsynced == Some(frozen.window) {
+        st.unsynced = None;
+    }
+    Ok(())
 }
 
 /// A run of argument pieces being joined: the key written, the last piece number, the text,
@@ -105,8 +115,8 @@ fn apply_batches(shared: &Shared, writes: &Layer) -> Result<(usize, sled::Batch)
             (Some(v), Some((prefix, n))) => {
                 let follows_buffered =
                     prev.is_some_and(|p| p.len() == k.len() && p.starts_with(prefix));
-                // (a run that starts with a piece of EXTEND_STORED_MAX or more gets a key of
-                // its own without looking at sled: reading the call's last stored piece pulls
+                // (a run that starts with a piece of EXTEND_STORED_MAX or more, which joined
+                // 4 KiB fragments always reach, gets a key of its own without looking at sled: reading the call's last stored piece pulls
                 // its leaf, large with argument text, into sled's cache, which counts it by
                 // its size on disk (a blob's pointer): `open 2048 131072 4096` held 120 MiB
                 // of such leaves)

@@ -33,7 +33,8 @@
 //! inserts per input), then kept a log in sled itself (one sled value per flush, written and
 //! later deleted, and at every flush a pass over every key changed to find what to log).
 //! Now a commit writes its log entries as it goes, a flush is one append and one
-//! `fdatasync`, and sled is written once per key per window, off the apply path.
+//! `fdatasync`, and sled is written once per key per window, by the flush that ends the
+//! window (off the worker's apply path; a commit that spills does it itself).
 //!
 //! Stores written by an earlier release may hold log records in sled itself, under
 //! [`LEGACY_LOG_PREFIX`] (a crash before a clean stop): they use the same entries, are
@@ -75,8 +76,9 @@ pub const EXTEND_STORED_MAX: usize = 4096;
 /// Largest argument piece that later pieces of its call are joined onto, in a layer or when
 /// materialized: tiny fragments become pieces of about this size, and a long argument stays
 /// in pieces of at most about twice that. sled clones a leaf (up to 16 keys) for every write
-/// to it and holds the replaced versions a while: with a call's whole window of text in one
-/// value, `open_streams_memory open 2048 524288 4096` peaked at 964 MiB (224 MiB without).
+/// to it and holds the replaced versions a while, so leaves holding a call's whole window of
+/// text in one value are costly (one of the causes of the peak [`materialize_frozen`] tells
+/// of; not measured alone).
 pub const JOIN_PIECE_MAX: usize = 4096;
 
 /// Flushes per window: the active layer is frozen and materialized every this many flushes
@@ -132,6 +134,8 @@ struct Shared {
     /// Tests: the batch before which the next materialization fails, as a crash there would
     /// stop it (`usize::MAX`: none; see [`SledStorage::fail_next_materialization_before`]).
     fail_before: std::sync::atomic::AtomicUsize,
+    /// Tests: the next sled flush of a materialization fails ([`SledStorage::fail_next_sled_flush`]).
+    fail_sled_flush: AtomicBool,
 }
 
 /// The layers and the log entries not yet flushed.
@@ -156,6 +160,12 @@ struct State {
     frozen_records: u32,
     /// Keys of an earlier release's log records in sled, replayed into the active layer.
     legacy: Vec<Vec<u8>>,
+    /// A window sled holds (its materialization applied every batch) but whose sled flush
+    /// failed: sled may not have it on disk, so its segments stay, and nothing more is
+    /// appended to the log until sled is flushed and they are removed
+    /// ([`SledStorage::sync_materialized`]). Otherwise a later record could rely on sled
+    /// holding the window (a delete logged as a forget, say) and be durable before it.
+    unsynced: Option<u64>,
 }
 
 /// Where the materialization of the frozen layer stands.
@@ -285,6 +295,15 @@ impl Shared {
         lock(&self.state)
     }
 
+    /// Flushes sled (a materialization's last step before its segments go).
+    fn sled_flush(&self) -> Result<(), StoreError> {
+        if self.fail_sled_flush.swap(false, Ordering::SeqCst) {
+            return Err(layer::corrupt("test: sled's flush failed"));
+        }
+        self.db.flush()?;
+        Ok(())
+    }
+
     /// `value` of the prefixed `key` as it is written to sled's keyspaces.
     fn rest_form<'v>(&self, key: &[u8], value: &'v [u8]) -> Result<Cow<'v, [u8]>, StoreError> {
         match (self.at_rest, materialize::space_of(key)) {
@@ -369,30 +388,64 @@ impl Shared {
 ///
 /// In the flush, not on a thread of its own: a background thread writing sled while the
 /// apply thread read it made sled's page cache and glibc's per-thread arenas grow far past
-/// their bounds (`open_streams_memory open 2048 524288 4096`: 964 MiB at its peak, 302 MiB
-/// in the flush; `open 100000 100`: 261 vs 237 MiB), and drained no faster (`perf`, 3
-/// rounds: typical 94 k/s in the background vs 97.5 k/s in the flush, mixed 80.5 vs 83 k/s).
+/// their bounds (`open_streams_memory open 2048 524288 4096`: 964 MiB at its peak; in the
+/// flush, with the batches applied as they fill, 194 MiB; `open 100000 100`: 261 vs 218
+/// MiB), and drained no faster (`perf`, 3 rounds: typical 94 k/s in the background vs 97.5
+/// k/s in the flush, mixed 80.5 vs 83 k/s).
+///
+/// A failure leaves the layer frozen ([`Phase::Failed`]) for the next flush to try again; a
+/// failed sled flush after the last batch leaves nothing frozen but the window unsynced
+/// ([`State::unsynced`]). A panic on the way counts as a failure, so no one waits for it.
 fn materialize_frozen<'a>(
     shared: &'a Shared,
     mut st: MutexGuard<'a, State>,
 ) -> MutexGuard<'a, State> {
     let Some(frozen) = st.frozen.clone() else {
+        // (a failure after the layer went to sled, a panic say: nothing is left to write)
+        if matches!(st.phase, Phase::Failed(_)) {
+            st.phase = Phase::Idle;
+        }
         return st;
     };
     st.phase = Phase::Running;
     drop(st);
+    let mut running = Running {
+        shared,
+        done: false,
+    };
     let result = materialize::run(shared, &frozen);
+    running.done = true;
     let mut st = shared.state();
     if let Err(e) = result {
         tracing::error!(error = %e, "materializing the flush log failed; the next flush tries again");
-        // (a failed sled flush after the layer went to sled leaves nothing frozen: the
-        // segments stay until the next materialization removes them)
-        if st.frozen.is_some() {
-            st.phase = Phase::Failed(e.to_string());
-        }
+        st.phase = match st.frozen.is_some() {
+            true => Phase::Failed(e.to_string()),
+            false => Phase::Idle,
+        };
         shared.materialized.notify_all();
     }
     st
+}
+
+/// Ends [`Phase::Running`] if a materialization unwinds (`done` unset): as a failure while its
+/// layer is still frozen, else idle.
+struct Running<'a> {
+    shared: &'a Shared,
+    done: bool,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut st = self.shared.state();
+        st.phase = match st.frozen.is_some() {
+            true => Phase::Failed("the materialization panicked".into()),
+            false => Phase::Idle,
+        };
+        self.shared.materialized.notify_all();
+    }
 }
 
 /// Waits while a materialization runs.
@@ -458,6 +511,7 @@ impl SledStorage {
             state: Mutex::new(State::default()),
             materialized: Condvar::new(),
             fail_before: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            fail_sled_flush: AtomicBool::new(false),
         };
         let (state, torn) = shared.load()?;
         *lock(&shared.state) = state;
@@ -491,12 +545,13 @@ impl SledStorage {
         Ok(self.shared.tree.contains_key(key)?)
     }
 
-    /// The flush (see [`Storage::flush`]); with `spill`, it first waits for a running
-    /// materialization and then freezes the active layer whatever the cadence says (a
-    /// materialization that failed is started again and waited for, once; failing again, it
-    /// is an error: the disk under sled does not take writes, and memory must stay bounded).
+    /// The flush (see [`Storage::flush`]); with `spill`, it freezes the active layer whatever
+    /// the cadence says (a materialization that failed is run again first, once; failing
+    /// again, it is an error: the disk under sled does not take writes, and memory must stay
+    /// bounded). A window left unsynced is synced before anything is appended.
     fn flush_log(&self, spill: bool) -> Result<(), StoreError> {
         let mut writer = lock(&self.writer);
+        self.sync_materialized()?;
         let chunks = {
             let mut st = self.shared.state();
             if spill {
@@ -553,6 +608,21 @@ impl SledStorage {
         Ok(())
     }
 
+    /// A window whose sled flush failed ([`State::unsynced`]): flushes sled and removes its
+    /// segments now, or fails (the caller's flush with it). Called with the writer locked.
+    fn sync_materialized(&self) -> Result<(), StoreError> {
+        let Some(window) = self.shared.state().unsynced else {
+            return Ok(());
+        };
+        self.shared.sled_flush()?;
+        wal::remove_through(&self.shared.wal_dir, window)?;
+        let mut st = self.shared.state();
+        if st.unsynced == Some(window) {
+            st.unsynced = None;
+        }
+        Ok(())
+    }
+
     /// Materializes everything and waits for it: afterwards sled's keyspaces hold every
     /// commit, and no segment is left.
     fn materialize_all(&self) -> Result<(), StoreError> {
@@ -573,6 +643,7 @@ impl SledStorage {
                 // they rebuild an empty layer). The writer lets go of its segment first: an
                 // append must never go to a removed file.
                 let mut writer = lock(&self.writer);
+                self.sync_materialized()?;
                 writer.close();
                 let mut st = self.shared.state();
                 if !(st.active.is_empty() && st.log.is_empty() && st.sealed.is_empty()) {
@@ -630,6 +701,13 @@ impl SledStorage {
     #[doc(hidden)]
     pub fn fail_next_materialization_before(&self, index: usize) {
         self.shared.fail_before.store(index, Ordering::SeqCst);
+    }
+
+    /// For tests of an I/O error after a materialization's last batch: its sled flush fails
+    /// (see [`State::unsynced`]).
+    #[doc(hidden)]
+    pub fn fail_next_sled_flush(&self) {
+        self.shared.fail_sled_flush.store(true, Ordering::SeqCst);
     }
 
     /// Up to `limit` live pairs under `space`/`prefix`: sled's, overlaid with the frozen

@@ -625,6 +625,46 @@ fn a_crash_between_the_batches_of_a_materialization_reads_the_same_as_before_it(
     assert_eq!(stored_args(&s), 1, "the stored piece was extended once");
 }
 
+/// Found by review: sled's flush failed after a materialization's last batch, and the next
+/// flush appended its record anyway (one that may rely on sled holding the window: a delete
+/// logged as a forget) while the window's segment stayed until some later materialization,
+/// and a settle removed it without sled being flushed. Now the window stays unsynced, and
+/// sled is flushed and the segment removed before anything more is appended.
+#[test]
+fn a_failed_sled_flush_after_materializing_is_synced_before_the_next_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open_again(dir.path());
+    put_kv(&s, Space::Streams, "x", "old");
+    s.materialize_now().unwrap();
+    let mut w = WriteSet::default();
+    w.delete(Space::Streams, b"x".to_vec());
+    s.commit(w).unwrap();
+    s.fail_next_sled_flush();
+    for i in 0..MATERIALIZE_FLUSHES {
+        put_kv(&s, Space::Streams, "k", &i.to_string());
+        s.flush().unwrap();
+    }
+    let window = s.shared.state().unsynced.expect("the window is unsynced");
+    assert_eq!(s.shared.state().phase, Phase::Idle);
+    assert!(s.shared.state().frozen.is_none(), "sled holds the layer");
+    assert!(
+        segments(dir.path()).iter().any(|(w, _)| *w == window),
+        "its segment stays while sled may not have it on disk"
+    );
+    assert_eq!(value(&s, Space::Streams, "x"), None);
+    put_kv(&s, Space::Streams, "y", "1");
+    s.flush().unwrap();
+    assert_eq!(s.shared.state().unsynced, None);
+    assert_eq!(
+        segments(dir.path()),
+        vec![(window + 1, 1)],
+        "synced and removed before the next record"
+    );
+    let s = reopen(dir.path(), s);
+    assert_eq!(value(&s, Space::Streams, "x"), None);
+    assert_eq!(value(&s, Space::Streams, "y").as_deref(), Some("1"));
+}
+
 #[test]
 fn a_failed_materialization_is_tried_again_by_the_next_flush() {
     let s = SledStorage::temporary().unwrap();
