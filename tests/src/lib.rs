@@ -307,12 +307,12 @@ impl NatsServer {
         }
     }
 
-    /// The client URL, `nats://127.0.0.1:<port>`.
     /// The server's process id (`None` once stopped).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The client URL, `nats://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
