@@ -29,6 +29,7 @@ use chunk_model::Provider;
 use std::collections::VecDeque;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
+use toolstream_benches::arg;
 
 const CONVERSATIONS: usize = 200;
 const CHUNKS: usize = 100;
@@ -182,15 +183,6 @@ fn relay_round(store: &Store) -> Result<usize, StoreError> {
             store.outbox_remove(r.key)?;
         }
     }
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

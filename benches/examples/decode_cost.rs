@@ -41,6 +41,7 @@
 use chunk_model::decode::{decode_routed, Route};
 use chunk_model::{ChunkEvent, DecodeError, Provider};
 use std::hint::black_box;
+use toolstream_benches::arg;
 use toolstream_benches::decode_inputs::{recorded, TYPICAL};
 
 type Routed = Result<Vec<(Route, ChunkEvent)>, DecodeError>;
@@ -97,15 +98,6 @@ sets! {
 fn harness_openai_chat(chunks: &[Vec<u8>], times: usize) -> (usize, usize) {
     black_box("harness_openai_chat");
     run(Provider::OpenaiChat, chunks, times)
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn report(set: &str, (chunks, events): (usize, usize)) {
