@@ -66,14 +66,7 @@ impl DecodeError {
     /// its recursion limit, else [`DecodeError::NotJson`] whose detail says what is wrong
     /// (see [`json_problem`]).
     pub fn not_json(provider: Provider, err: &serde_json::Error, input: &[u8]) -> DecodeError {
-        match json_problem(err, input) {
-            JsonProblem::TooDeep => DecodeError::too_deep(provider, input),
-            JsonProblem::Other(detail) => DecodeError::NotJson {
-                provider,
-                detail,
-                excerpt: excerpt(input),
-            },
-        }
+        DecodeError::not_json_message(provider, err.to_string(), err.is_eof(), input)
     }
 
     /// Like [`DecodeError::not_json`], from serde_json's `message` (with its ` at line L column

@@ -28,7 +28,7 @@
 //! 1, or reused by a new id; ids restated on every fragment); matching fragments to calls is
 //! the assembler's job. Blank or `null` ids and names are absent.
 
-use crate::chunk::{CallFragment, CallRef, ChunkEvent, Finish};
+use crate::chunk::{non_blank, CallFragment, CallRef, ChunkEvent, Finish};
 use crate::decode::gemini::SIGNATURE_MODEL;
 use crate::decode::lenient::{FinishReason, Loose};
 use crate::decode::reader::{Fault, Fields, Reader, Segment};
@@ -293,7 +293,7 @@ fn read_tool_call(
             json!({"google": {"thought_signature": signature}}),
         );
     }
-    let wire_id = non_blank(id);
+    let wire_id = non_blank(id.as_deref());
     if push_fragment(out, index, wire_id, name, arguments, metadata) && signature.is_some() {
         signed.push(out.len() - 1);
     }
@@ -324,7 +324,7 @@ fn read_function(r: &mut Reader<'_>) -> Result<Option<Function>, Fault> {
     }
     r.struct_end(shape)?;
     Ok(Some(Function {
-        name: non_blank(name),
+        name: non_blank(name.as_deref()),
         arguments: arguments
             .map(|a: JsonText| a.text)
             .filter(|a| !a.is_empty()),
@@ -375,11 +375,6 @@ fn function_field(key: &[u8]) -> Option<usize> {
         b"arguments" => Some(1),
         _ => None,
     }
-}
-
-/// Blank-is-absent for an optional string read.
-fn non_blank(s: Option<Cow<'_, str>>) -> Option<String> {
-    s.filter(|s| !s.trim().is_empty()).map(Cow::into_owned)
 }
 
 /// Pushes a fragment of call `index` for choice 0 (the choice's route is settled when the

@@ -143,11 +143,7 @@ impl<'a> Reader<'a> {
                     None => return Err(self.peek_err(Code::EofWhileParsingObject)),
                 }
                 self.skip_str()?;
-                match self.ws() {
-                    Some(b':') => self.eat(),
-                    Some(_) => return Err(self.peek_err(Code::ExpectedColon)),
-                    None => return Err(self.peek_err(Code::EofWhileParsingObject)),
-                }
+                self.colon()?;
             }
 
             enclosing = Some(frame);
