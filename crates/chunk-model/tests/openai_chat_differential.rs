@@ -546,11 +546,15 @@ fn the_reader_decodes_exactly_as_the_serde_decoder_did() {
             checked += 1;
         }
     }
-    eprintln!(
-        "COUNTS empty/events/notjson/badfield/other {:?}",
-        COUNTS.lock().unwrap()
-    );
+    let counts = *COUNTS.lock().unwrap();
+    eprintln!("COUNTS empty/events/notjson/badfield/other {counts:?}");
     assert!(checked > 10_000, "{checked}");
+    // the mutations reach each outcome the two decoders must agree on (not only the error
+    // paths they share, `not_an_object` say)
+    assert!(
+        counts[1] > 0 && counts[2] > 0 && counts[3] > 0,
+        "events / not JSON / bad field: {counts:?}"
+    );
 }
 
 #[test]
