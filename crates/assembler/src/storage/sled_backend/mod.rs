@@ -646,8 +646,15 @@ impl SledStorage {
                 self.sync_materialized()?;
                 writer.close();
                 let mut st = self.shared.state();
-                if !(st.active.is_empty() && st.log.is_empty() && st.sealed.is_empty()) {
-                    continue; // a commit came meanwhile
+                // (a commit came meanwhile; or another thread's flush froze a layer, and its
+                // materialization failed: that window's segment must stay)
+                if !(st.active.is_empty()
+                    && st.legacy.is_empty()
+                    && st.log.is_empty()
+                    && st.sealed.is_empty()
+                    && st.frozen.is_none())
+                {
+                    continue;
                 }
                 wal::remove_through(&self.shared.wal_dir, st.window)?;
                 st.window_records = 0;
