@@ -205,12 +205,19 @@ fn pieces_are_joined_in_a_layer_only_up_to_join_piece_max() {
     let want = format!("{}bcd", "a".repeat(JOIN_PIECE_MAX - 1));
     assert_eq!(text(&s), want);
     s.materialize_now().unwrap();
+    assert_eq!(text(&s), want);
+    // consecutive pieces, the first of JOIN_PIECE_MAX: not joined on their way to sled either
+    let s = SledStorage::temporary().unwrap();
+    put(&s, 0, &"a".repeat(JOIN_PIECE_MAX));
+    put(&s, 1, "b");
+    assert_eq!(active_args(&s), 2);
+    s.materialize_now().unwrap();
     assert_eq!(
         stored_args(&s),
         2,
         "nor are they joined on their way to sled"
     );
-    assert_eq!(text(&s), want);
+    assert_eq!(text(&s), format!("{}b", "a".repeat(JOIN_PIECE_MAX)));
 }
 
 /// The other half of the memory bug: extending a call's stored piece reads its leaf (large
