@@ -876,7 +876,7 @@ fn read(s: &SledStorage) -> Model {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(40))]
     /// Puts, patches, deletes, rows put and removed, argument appends and replaces, with
-    /// flushes, materializations (in the background, and stopped between batches) and
+    /// flushes, materializations (whole, and stopped between batches) and
     /// crashes in between: after every crash the storage reads exactly what the last flush
     /// before it held; a materialization changes nothing a reader sees.
     #[test]
