@@ -13,7 +13,7 @@
 //!   the active layer (a new one and a new segment start) and, once its record is synced,
 //!   writes the frozen layer to sled's keyspaces, flushes sled, and removes the window's
 //!   segments (`materialize`; why in the flush, not on a thread of its own:
-//!   [`materialize_frozen`]). Readers see the frozen layer until sled holds it; commits go on
+//!   `materialize_frozen`). Readers see the frozen layer until sled holds it; commits go on
 //!   meanwhile (the next flush waits), and a commit that makes the active layer outgrow
 //!   [`SPILL_WRITES`] / [`SPILL_BYTES`] flushes and materializes it itself.
 //! - `open` replays the segments after sled's marker (the last window materialized) into
@@ -77,7 +77,7 @@ pub const EXTEND_STORED_MAX: usize = 4096;
 /// materialized: tiny fragments become pieces of about this size, and a long argument stays
 /// in pieces of at most about twice that. sled clones a leaf (up to 16 keys) for every write
 /// to it and holds the replaced versions a while, so leaves holding a call's whole window of
-/// text in one value are costly (one of the causes of the peak [`materialize_frozen`] tells
+/// text in one value are costly (one of the causes of the peak `materialize_frozen` tells
 /// of; not measured alone).
 pub const JOIN_PIECE_MAX: usize = 4096;
 
