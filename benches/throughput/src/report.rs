@@ -143,7 +143,9 @@ pub fn drain_table(rows: &[DrainRow], contenders: &[String]) -> String {
                     .filter_map(|r| r.drained.apply_flush_secs.map(|(_, f)| f))
                     .collect(),
             ));
-            let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
+            let opt = |v: Option<f64>, p: usize| {
+                v.map_or_else(|| "-".to_string(), |v| format!("{v:.p$}"))
+            };
             let _ = writeln!(
                 out,
                 "{:<8} {:<8} {:<16} {:>12.0} {:>10} {:>11} {:>14} {:>10} {:>9} {:>15}",
@@ -159,7 +161,7 @@ pub fn drain_table(rows: &[DrainRow], contenders: &[String]) -> String {
                 opt(server_cpu, 1),
                 opt(rss, 0),
                 opt(batch, 0),
-                af.map_or("-".to_string(), |(a, f)| format!("{a:.2}/{f:.2}")),
+                af.map_or_else(|| "-".to_string(), |(a, f)| format!("{a:.2}/{f:.2}")),
             );
         }
     }

@@ -390,7 +390,7 @@ fn mutate(rng: &mut Rng, j: &mut J, top: bool, rate: u64) {
                         members
                             .iter()
                             .find(|(k, _)| k == f.as_bytes())
-                            .map_or(J::Raw(b"null".to_vec()), |(_, v)| v.clone())
+                            .map_or_else(|| J::Raw(b"null".to_vec()), |(_, v)| v.clone())
                     })
                     .collect();
                 if rng.chance(30) {

@@ -141,7 +141,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                         drained.elapsed.as_secs_f64(),
                         drained
                             .cpu_per_million()
-                            .map_or("-".into(), |c| format!("{c:.1} s/M"))
+                            .map_or_else(|| "-".into(), |c| format!("{c:.1} s/M"))
                     );
                     rows.push(DrainRow {
                         server: server.version.clone(),
@@ -226,10 +226,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "   load {:.0}%: offered {:.0}/s, p99 {}",
             fraction * 100.0,
             row.offered,
-            row.latency.map_or("-".into(), |p| format!(
-                "{:.2} ms",
-                p.p99.as_secs_f64() * 1e3
-            ))
+            row.latency.map_or_else(
+                || "-".into(),
+                |p| format!("{:.2} ms", p.p99.as_secs_f64() * 1e3)
+            )
         );
         loads.push(row);
     }

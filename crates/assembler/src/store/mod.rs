@@ -235,7 +235,7 @@ impl Store {
             .map(|(k, v)| {
                 keys::outbox_key(&k)
                     .and_then(|key| OutboxEntry::decode(key, &v))
-                    .ok_or(StoreError::Corrupt {
+                    .ok_or_else(|| StoreError::Corrupt {
                         space: "outbox",
                         detail: "unreadable row".into(),
                     })

@@ -98,7 +98,7 @@ pub(crate) fn expire(
     // messages over the count bound whose tools are still running: they go last
     let mut running: Vec<(Vec<u8>, String, String)> = Vec::new();
     for (key, _) in storage.first_n(Space::Done, 2 * EXPIRE_PER_TICK)? {
-        let (at, tag, conv, msg) = keys::parse_done(&key).ok_or(StoreError::Corrupt {
+        let (at, tag, conv, msg) = keys::parse_done(&key).ok_or_else(|| StoreError::Corrupt {
             space: "done",
             detail: "unreadable retention key".into(),
         })?;

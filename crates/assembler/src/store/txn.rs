@@ -92,7 +92,7 @@ impl<'a> Txn<'a> {
                 .inner
                 .streams
                 .get(key)
-                .map_or(Indexed::default(), Indexed::of);
+                .map_or_else(Indexed::default, Indexed::of);
             self.touched_streams.push((key.to_vec(), indexed));
         }
         if !self.inner.streams.contains_key(key) {
@@ -102,10 +102,13 @@ impl<'a> Txn<'a> {
             };
             self.inner.streams.insert(key.to_vec(), st);
         }
-        self.inner.streams.get_mut(key).ok_or(StoreError::Corrupt {
-            space: "streams",
-            detail: "cache entry vanished".into(),
-        })
+        self.inner
+            .streams
+            .get_mut(key)
+            .ok_or_else(|| StoreError::Corrupt {
+                space: "streams",
+                detail: "cache entry vanished".into(),
+            })
     }
 
     /// The stream's state for changing: marked to be written.
@@ -281,7 +284,7 @@ impl<'a> Txn<'a> {
             .inner
             .messages
             .get_mut(mkey)
-            .ok_or(StoreError::Corrupt {
+            .ok_or_else(|| StoreError::Corrupt {
                 space: "messages",
                 detail: "cache entry vanished".into(),
             })?;
@@ -298,7 +301,7 @@ impl<'a> Txn<'a> {
             true => self.inner.messages.get_mut(mkey),
             false => None,
         }
-        .ok_or(StoreError::Corrupt {
+        .ok_or_else(|| StoreError::Corrupt {
             space: "messages",
             detail: "a message used before this unit loaded it".into(),
         })

@@ -609,7 +609,7 @@ pub fn render(report: &Report, style: &Style) -> Vec<String> {
             style.bold("message"),
             s.message_id,
             s.provider
-                .map_or("no provider".to_string(), |p| p.to_string()),
+                .map_or_else(|| "no provider".to_string(), |p| p.to_string()),
             word(&s.status),
             s.finish_reason
                 .as_deref()
@@ -644,7 +644,7 @@ pub fn render(report: &Report, style: &Style) -> Vec<String> {
                         vec![
                             format!(
                                 "        seq {}",
-                                f.seq.map_or("-".to_string(), |n| n.to_string())
+                                f.seq.map_or_else(|| "-".to_string(), |n| n.to_string())
                             ),
                             style.dim(&format!("stream #{}", f.stream_seq)),
                             format!(
@@ -675,7 +675,7 @@ pub fn render(report: &Report, style: &Style) -> Vec<String> {
                 if let Some(f) = b.fragment.and_then(|i| r.fragments.get(i)) {
                     out.push(format!(
                         "        in the fragment of chunk seq {} (stream #{})",
-                        f.seq.map_or("-".to_string(), |n| n.to_string()),
+                        f.seq.map_or_else(|| "-".to_string(), |n| n.to_string()),
                         f.stream_seq
                     ));
                 }
@@ -686,7 +686,7 @@ pub fn render(report: &Report, style: &Style) -> Vec<String> {
                 "  {} {}: {}",
                 style.bad("dead letter"),
                 d.stream_seq
-                    .map_or("(no stream seq)".to_string(), |n| format!("stream #{n}")),
+                    .map_or_else(|| "(no stream seq)".to_string(), |n| format!("stream #{n}")),
                 excerpt(&d.reason, 160)
             ));
         }

@@ -188,7 +188,7 @@ pub fn render_snapshot(s: &MessageSnapshot, style: &Style) -> Vec<String> {
         s.conversation_id,
         s.message_id,
         s.provider
-            .map_or("no provider".to_string(), |p| p.to_string()),
+            .map_or_else(|| "no provider".to_string(), |p| p.to_string()),
         word(&s.status),
         s.finish_reason
             .as_deref()

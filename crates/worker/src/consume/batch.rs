@@ -353,7 +353,7 @@ impl ConsumeLoop {
                         crate::consume::watermark::nanos_to_ms(i.published.unix_timestamp_nanos());
                     (i.stream_sequence, published)
                 })
-                .unwrap_or((0, now_ms()));
+                .unwrap_or_else(|_| (0, now_ms()));
             let parsed = parse_message(
                 &self.subjects,
                 msg.subject.as_str(),

@@ -110,10 +110,12 @@ pub fn parse_message(
         Some(text) => match text.parse::<u64>() {
             Ok(n) => Seq::Producer(n),
             Err(_) => {
-                rejected.get_or_insert(DeadLetterCode::BadSeq.with(format_args!(
-                    "{} {text:?} is not a non-negative integer",
-                    headers::SEQ
-                )));
+                rejected.get_or_insert_with(|| {
+                    DeadLetterCode::BadSeq.with(format_args!(
+                        "{} {text:?} is not a non-negative integer",
+                        headers::SEQ
+                    ))
+                });
                 Seq::Transport(stream_seq)
             }
         },
@@ -130,12 +132,14 @@ pub fn parse_message(
             }))
         }
         Some(other) => {
-            rejected.get_or_insert(DeadLetterCode::BadControl.with(format_args!(
-                "{} {other:?} (expected {} or {})",
-                headers::CONTROL,
-                headers::CONTROL_END,
-                headers::CONTROL_ERROR
-            )));
+            rejected.get_or_insert_with(|| {
+                DeadLetterCode::BadControl.with(format_args!(
+                    "{} {other:?} (expected {} or {})",
+                    headers::CONTROL,
+                    headers::CONTROL_END,
+                    headers::CONTROL_ERROR
+                ))
+            });
             None
         }
     };

@@ -173,7 +173,7 @@ pub(super) fn check_order(
             .iter()
             .zip(&got)
             .position(|(w, g)| w != g)
-            .unwrap_or(want.len().min(got.len()));
+            .unwrap_or_else(|| want.len().min(got.len()));
         return Err(format!(
             "call/message events out of order at position {at}: want {:?}, got {:?}",
             want.get(at),

@@ -454,7 +454,7 @@ impl Workload {
                     first_error.get_or_insert(e);
                 }
                 Err(e) => {
-                    first_error.get_or_insert(format!("publish task failed: {e}"));
+                    first_error.get_or_insert_with(|| format!("publish task failed: {e}"));
                 }
             }
         }

@@ -437,7 +437,7 @@ mod tests {
     fn text_of(parts: &[Value]) -> (String, Vec<String>) {
         let text = parts
             .iter()
-            .filter_map(|p| p["inputTextDelta"].as_str().or(p["delta"].as_str()))
+            .filter_map(|p| p["inputTextDelta"].as_str().or_else(|| p["delta"].as_str()))
             .collect();
         let types = parts
             .iter()
