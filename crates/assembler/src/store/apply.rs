@@ -25,7 +25,7 @@ use crate::storage::{Space, Storage};
 use chunk_model::decode::openai_chat::choice_message;
 use chunk_model::decode::Route;
 use chunk_model::wire::{DeadLetterCode, Reason};
-use chunk_model::ChunkEvent;
+use chunk_model::{ChunkEvent, Provider};
 
 /// Applies `input` in one commit. Returns the verdict and the number of outbox rows written.
 /// With `rejected`, the caller could not read the input (bad headers): it is dead-lettered
@@ -302,7 +302,6 @@ fn apply_chunk(
     item: &Item<'_>,
     now: u64,
 ) -> Result<Applied, StoreError> {
-    let limits = txn.inner.limits;
     // (choice, what stepping its message caused): one message per choice (`n > 1`)
     let mut steps: Vec<(u32, StepOutput)> = Vec::new();
     if let Some(control) = item.control {
@@ -348,42 +347,33 @@ fn apply_chunk(
             st.choices = st.choices.max(k + 1);
         }
         let choices = txn.stream(skey)?.choice_count();
-        let mut buckets: Vec<Vec<ChunkEvent>> = vec![Vec::new(); choices as usize];
-        for (route, ev) in routed {
-            match route {
-                Route::Choice(k) => {
-                    if let Some(bucket) = buckets.get_mut(k as usize) {
-                        bucket.push(ev);
+        if choices == 1 {
+            // one choice (all but OpenAI chat `n > 1`): every event is choice 0's, in order
+            let events = routed.into_iter().map(|(_, ev)| ev);
+            steps.push((0, step_choice(txn, item, provider, 0, events)?));
+        } else {
+            let mut buckets: Vec<Vec<ChunkEvent>> = vec![Vec::new(); choices as usize];
+            for (route, ev) in routed {
+                match route {
+                    Route::Choice(k) => {
+                        if let Some(bucket) = buckets.get_mut(k as usize) {
+                            bucket.push(ev);
+                        }
+                    }
+                    Route::All => {
+                        for bucket in &mut buckets {
+                            bucket.push(ev.clone());
+                        }
                     }
                 }
-                Route::All => {
-                    for bucket in &mut buckets {
-                        bucket.push(ev.clone());
-                    }
+            }
+            for (k, events) in (0u32..).zip(buckets) {
+                // (other choices' messages start with their first event)
+                if k > 0 && events.is_empty() {
+                    continue;
                 }
+                steps.push((k, step_choice(txn, item, provider, k, events)?));
             }
-        }
-        for (k, events) in buckets.into_iter().enumerate() {
-            let k = k as u32;
-            // (a chunk with no events still makes its message, as before; other choices'
-            // messages start with their first event)
-            if k > 0 && events.is_empty() {
-                continue;
-            }
-            let msg = choice_message(item.msg, k);
-            let mkey = keys::message(item.conv, &msg);
-            let mut out = StepOutput::default();
-            // (a chunk with no events still makes its message)
-            txn.message_or_new_at(&mkey, item.conv, &msg, Some(provider))?;
-            for ev in events {
-                // loaded and marked to be written above: only looked up from here on
-                let needs_text = core::step::needs_text(txn.loaded_message(&mkey)?, &ev, &limits);
-                if needs_text {
-                    txn.hold_text(&mkey)?;
-                }
-                core::step(txn.loaded_message(&mkey)?, ev, &limits, &mut out);
-            }
-            steps.push((k, out));
         }
     }
     let mut after_end = false;
@@ -401,6 +391,31 @@ fn apply_chunk(
         ));
     }
     Ok(Applied::Accepted { events: 0 })
+}
+
+/// Steps choice `k`'s message of chunk `item` through `events`, making the message first (a
+/// chunk with no events still makes its message).
+fn step_choice(
+    txn: &mut Txn<'_>,
+    item: &Item<'_>,
+    provider: Provider,
+    k: u32,
+    events: impl IntoIterator<Item = ChunkEvent>,
+) -> Result<StepOutput, StoreError> {
+    let limits = txn.inner.limits;
+    let msg = choice_message(item.msg, k);
+    let mkey = keys::message(item.conv, &msg);
+    let mut out = StepOutput::default();
+    txn.message_or_new_at(&mkey, item.conv, &msg, Some(provider))?;
+    for ev in events {
+        // loaded and marked to be written above: only looked up from here on
+        let needs_text = core::step::needs_text(txn.loaded_message(&mkey)?, &ev, &limits);
+        if needs_text {
+            txn.hold_text(&mkey)?;
+        }
+        core::step(txn.loaded_message(&mkey)?, ev, &limits, &mut out);
+    }
+    Ok(out)
 }
 
 fn apply_result(txn: &mut Txn<'_>, item: &Item<'_>, now: u64) -> Result<Applied, StoreError> {

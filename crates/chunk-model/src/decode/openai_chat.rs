@@ -48,12 +48,13 @@ pub const EXTRA_CONTENT: &str = "extra_content";
 pub const CHOICE_SEPARATOR: &str = "~choice";
 
 /// The message id of choice `k` of message `msg` (`n > 1`): `msg` itself for choice 0,
-/// `<msg>~choice<k>` for the others (a valid subject token whenever `msg` is one).
-pub fn choice_message(msg: &str, k: u32) -> String {
+/// `<msg>~choice<k>` for the others (a valid subject token whenever `msg` is one). Choice 0,
+/// every chunk of a stream with one choice, borrows `msg`.
+pub fn choice_message(msg: &str, k: u32) -> Cow<'_, str> {
     if k == 0 {
-        msg.to_string()
+        Cow::Borrowed(msg)
     } else {
-        format!("{msg}{CHOICE_SEPARATOR}{k}")
+        Cow::Owned(format!("{msg}{CHOICE_SEPARATOR}{k}"))
     }
 }
 

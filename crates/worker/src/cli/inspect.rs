@@ -323,7 +323,7 @@ fn trace_inputs(prefix: &str, inputs: &[RecordedInput]) -> BTreeMap<String, (usi
             }
         }
         for (k, events) in by_choice {
-            let id = chunk_model::decode::openai_chat::choice_message(&msg, k);
+            let id = chunk_model::decode::openai_chat::choice_message(&msg, k).into_owned();
             out.entry(id).or_default().1.add(input, events);
         }
     }
@@ -783,7 +783,7 @@ mod tests {
         input.headers[0].1 = "openai-chat".into();
         let traces = trace_inputs("toolstream", &[input]);
         let other = chunk_model::decode::openai_chat::choice_message("m", 1);
-        let (_, t) = &traces[&other];
+        let (_, t) = &traces[other.as_ref()];
         assert_eq!(t.calls[0].wire_id.as_deref(), Some("call_k1"));
         assert_eq!(t.calls[0].fragments[0].text, "{\"x\":1}");
         assert!(traces["m"].1.calls.is_empty(), "{traces:?}");
