@@ -116,7 +116,8 @@ fn read_chunk(r: &mut Reader<'_>, out: &mut Vec<(Route, ChunkEvent)>) -> Result<
     let mut fields = Fields::new(shape, &FIELDS);
     while let Some(field) = fields.next(r, chunk_field)? {
         match field {
-            0 => fields.value(r, |r| read_choices(r, out, &mut signed))?,
+            // `choices`: a sequence of `Choice`
+            0 => fields.value(r, |r| read_seq(r, out, &mut signed, read_choice))?,
             1 => error = fields.value(r, Reader::opt_json_text)?,
             _ => model = fields.value(r, Reader::opt_loose)?,
         }
@@ -147,16 +148,6 @@ fn read_chunk(r: &mut Reader<'_>, out: &mut Vec<(Route, ChunkEvent)>) -> Result<
         ));
     }
     Ok(())
-}
-
-/// `choices`: a sequence of `Choice`.
-#[inline(always)]
-fn read_choices(
-    r: &mut Reader<'_>,
-    out: &mut Vec<(Route, ChunkEvent)>,
-    signed: &mut Vec<usize>,
-) -> Result<(), Fault> {
-    read_seq(r, out, signed, read_choice)
 }
 
 /// A sequence (or `null`) whose elements `element` reads; a fault names its element's index.
@@ -237,7 +228,8 @@ fn read_delta(
     let mut fields = Fields::new(shape, &FIELDS);
     while let Some(field) = fields.next(r, delta_field)? {
         match field {
-            0 => fields.value(r, |r| read_tool_calls(r, out, signed))?,
+            // `tool_calls`: a sequence of `ToolCallDelta`
+            0 => fields.value(r, |r| read_seq(r, out, signed, read_tool_call))?,
             _ => function_call = fields.value(r, read_function)?,
         }
     }
@@ -246,16 +238,6 @@ fn read_delta(
         push_fragment(out, Some(0), None, f.name, f.arguments, Map::new());
     }
     Ok(())
-}
-
-/// `tool_calls`: a sequence of `ToolCallDelta`.
-#[inline(always)]
-fn read_tool_calls(
-    r: &mut Reader<'_>,
-    out: &mut Vec<(Route, ChunkEvent)>,
-    signed: &mut Vec<usize>,
-) -> Result<(), Fault> {
-    read_seq(r, out, signed, read_tool_call)
 }
 
 /// `ToolCallDelta`: `index`, `id`, `function`, `extra_content`; pushes its fragment.
