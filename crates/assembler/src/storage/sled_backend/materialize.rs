@@ -60,13 +60,7 @@ pub(super) fn run(shared: &Shared, frozen: &Frozen) -> Result<(), StoreError> {
         st.unsynced = Some(frozen.window);
     }
     shared.materialized.notify_all();
-    shared.sled_flush()?;
-    super::wal::remove_through(&shared.wal_dir, frozen.window)?;
-    let mut st = lock(&shared.state);
-    if st.unsynced == Some(frozen.window) {
-        st.unsynced = None;
-    }
-    Ok(())
+    shared.sync_materialized()
 }
 
 /// A run of argument pieces being joined: the key written, the last piece number, the text,

@@ -163,7 +163,7 @@ struct State {
     /// A window sled holds (its materialization applied every batch) but whose sled flush
     /// failed: sled may not have it on disk, so its segments stay, and nothing more is
     /// appended to the log until sled is flushed and they are removed
-    /// ([`SledStorage::sync_materialized`]). Otherwise a later record could rely on sled
+    /// ([`Shared::sync_materialized`]). Otherwise a later record could rely on sled
     /// holding the window (a delete logged as a forget, say) and be durable before it.
     unsynced: Option<u64>,
 }
@@ -301,6 +301,22 @@ impl Shared {
             return Err(layer::corrupt("test: sled's flush failed"));
         }
         self.db.flush()?;
+        Ok(())
+    }
+
+    /// The unsynced window ([`State::unsynced`]), if any: flushes sled and removes its
+    /// segments now, or fails (the caller's flush with it). Called with the writer locked: by
+    /// a materialization right after its last batch, and before a flush appends anything.
+    fn sync_materialized(&self) -> Result<(), StoreError> {
+        let Some(window) = self.state().unsynced else {
+            return Ok(());
+        };
+        self.sled_flush()?;
+        wal::remove_through(&self.wal_dir, window)?;
+        let mut st = self.state();
+        if st.unsynced == Some(window) {
+            st.unsynced = None;
+        }
         Ok(())
     }
 
@@ -551,7 +567,7 @@ impl SledStorage {
     /// bounded). A window left unsynced is synced before anything is appended.
     fn flush_log(&self, spill: bool) -> Result<(), StoreError> {
         let mut writer = lock(&self.writer);
-        self.sync_materialized()?;
+        self.shared.sync_materialized()?;
         let chunks = {
             let mut st = self.shared.state();
             if spill {
@@ -608,21 +624,6 @@ impl SledStorage {
         Ok(())
     }
 
-    /// A window whose sled flush failed ([`State::unsynced`]): flushes sled and removes its
-    /// segments now, or fails (the caller's flush with it). Called with the writer locked.
-    fn sync_materialized(&self) -> Result<(), StoreError> {
-        let Some(window) = self.shared.state().unsynced else {
-            return Ok(());
-        };
-        self.shared.sled_flush()?;
-        wal::remove_through(&self.shared.wal_dir, window)?;
-        let mut st = self.shared.state();
-        if st.unsynced == Some(window) {
-            st.unsynced = None;
-        }
-        Ok(())
-    }
-
     /// Materializes everything and waits for it: afterwards sled's keyspaces hold every
     /// commit, and no segment is left.
     fn materialize_all(&self) -> Result<(), StoreError> {
@@ -643,7 +644,7 @@ impl SledStorage {
                 // they rebuild an empty layer). The writer lets go of its segment first: an
                 // append must never go to a removed file.
                 let mut writer = lock(&self.writer);
-                self.sync_materialized()?;
+                self.shared.sync_materialized()?;
                 writer.close();
                 let mut st = self.shared.state();
                 // (a commit came meanwhile; or another thread's flush froze a layer, and its
