@@ -110,10 +110,10 @@ fn apply_batches(shared: &Shared, writes: &Layer) -> Result<(usize, sled::Batch)
                 let follows_buffered =
                     prev.is_some_and(|p| p.len() == k.len() && p.starts_with(prefix));
                 // (a run that starts with a piece of EXTEND_STORED_MAX or more, which joined
-                // 4 KiB fragments always reach, gets a key of its own without looking at sled: reading the call's last stored piece pulls
-                // its leaf, large with argument text, into sled's cache, which counts it by
-                // its size on disk (a blob's pointer): `open 2048 131072 4096` held 120 MiB
-                // of such leaves)
+                // 4 KiB fragments always reach, gets a key of its own without looking at
+                // sled: reading the call's last stored piece pulls its leaf, large with
+                // argument text, into sled's cache, which counts it by its size on disk (a
+                // blob's pointer): `open 2048 131072 4096` held 120 MiB of such leaves)
                 let stored = match follows_buffered || v.len() >= EXTEND_STORED_MAX {
                     true => None,
                     false => stored_piece_to_extend(shared, k, prefix, n)?,
