@@ -302,8 +302,8 @@ fn apply_chunk(
     item: &Item<'_>,
     now: u64,
 ) -> Result<Applied, StoreError> {
-    // (choice, what stepping its message caused): one message per choice (`n > 1`)
-    let mut steps: Vec<(u32, StepOutput)> = Vec::new();
+    // (choice, its message's key, what stepping it caused): one message per choice (`n > 1`)
+    let mut steps: Vec<(u32, Vec<u8>, StepOutput)> = Vec::new();
     if let Some(control) = item.control {
         // An end on a stream that never named a provider (and has no message) would complete
         // an empty message that no event can show, silently, and dead-letter the real stream
@@ -314,11 +314,11 @@ fn apply_chunk(
         for k in 0..txn.stream(skey)?.choice_count() {
             let msg = choice_message(item.msg, k);
             let mut out = StepOutput::default();
-            txn.message_or_new(item.conv, &msg, item.provider)?;
-            txn.hold_text(&keys::message(item.conv, &msg))?;
-            let m = txn.message_or_new(item.conv, &msg, item.provider)?;
-            core::step::control(m, control, &mut out);
-            steps.push((k, out));
+            let mkey = keys::message(item.conv, &msg);
+            txn.message_or_new_at(&mkey, item.conv, &msg, item.provider)?;
+            txn.hold_text(&mkey)?;
+            core::step::control(txn.loaded_message(&mkey)?, control, &mut out);
+            steps.push((k, mkey, out));
         }
     } else {
         let Some(provider) = item.provider else {
@@ -350,7 +350,8 @@ fn apply_chunk(
         if choices == 1 {
             // one choice (all but OpenAI chat `n > 1`): every event is choice 0's, in order
             let events = routed.into_iter().map(|(_, ev)| ev);
-            steps.push((0, step_choice(txn, item, provider, 0, events)?));
+            let (mkey, out) = step_choice(txn, item, provider, 0, events)?;
+            steps.push((0, mkey, out));
         } else {
             let mut buckets: Vec<Vec<ChunkEvent>> = vec![Vec::new(); choices as usize];
             for (route, ev) in routed {
@@ -372,15 +373,17 @@ fn apply_chunk(
                 if k > 0 && events.is_empty() {
                     continue;
                 }
-                steps.push((k, step_choice(txn, item, provider, k, events)?));
+                let (mkey, out) = step_choice(txn, item, provider, k, events)?;
+                steps.push((k, mkey, out));
             }
         }
     }
     let mut after_end = false;
-    for (k, out) in steps {
+    for (k, mkey, out) in steps {
         after_end |= out.after_end;
         let msg = choice_message(item.msg, k);
-        after_step_of(txn, item.conv, &msg, (item.msg, skey), out, Some(item), now)?;
+        let target = (item.conv, msg.as_ref(), mkey.as_slice());
+        after_step_of(txn, target, (item.msg, skey), out, Some(item), now)?;
     }
     if after_end {
         return Ok(dead_letter(
@@ -394,28 +397,30 @@ fn apply_chunk(
 }
 
 /// Steps choice `k`'s message of chunk `item` through `events`, making the message first (a
-/// chunk with no events still makes its message).
+/// chunk with no events still makes its message). Returns the message's key with the output.
 fn step_choice(
     txn: &mut Txn<'_>,
     item: &Item<'_>,
     provider: Provider,
     k: u32,
     events: impl IntoIterator<Item = ChunkEvent>,
-) -> Result<StepOutput, StoreError> {
+) -> Result<(Vec<u8>, StepOutput), StoreError> {
     let limits = txn.inner.limits;
     let msg = choice_message(item.msg, k);
     let mkey = keys::message(item.conv, &msg);
     let mut out = StepOutput::default();
     txn.message_or_new_at(&mkey, item.conv, &msg, Some(provider))?;
     for ev in events {
-        // loaded and marked to be written above: only looked up from here on
-        let needs_text = core::step::needs_text(txn.loaded_message(&mkey)?, &ev, &limits);
-        if needs_text {
+        // loaded and marked to be written above: only looked up from here on, once per event
+        // unless its text has to be read back first
+        let mut m = txn.loaded_message(&mkey)?;
+        if core::step::needs_text(m, &ev, &limits) {
             txn.hold_text(&mkey)?;
+            m = txn.loaded_message(&mkey)?;
         }
-        core::step(txn.loaded_message(&mkey)?, ev, &limits, &mut out);
+        core::step(m, ev, &limits, &mut out);
     }
-    Ok(out)
+    Ok((mkey, out))
 }
 
 fn apply_result(txn: &mut Txn<'_>, item: &Item<'_>, now: u64) -> Result<Applied, StoreError> {
@@ -444,34 +449,35 @@ pub const MAX_CHOICES: u32 = 128;
 /// when due, and the stream's open flag (open while any of its choices' messages is).
 pub(crate) fn after_step_of(
     txn: &mut Txn<'_>,
-    conv: &str,
-    msg: &str,
+    (conv, msg, mkey): (&str, &str, &[u8]),
     (stream_msg, skey): (&str, &[u8]),
-    out: StepOutput,
+    mut out: StepOutput,
     item: Option<&Item<'_>>,
     now: u64,
 ) -> Result<(), StoreError> {
-    let mkey = keys::message(conv, msg);
     if out.text_missing {
         return Err(text_missing());
     }
-    txn.arg_ops(&mkey, &out.arg_ops);
+    // The writes take the appended text; previews, when on, read a copy of it after them.
+    let preview_ops =
+        (item.is_some() && txn.inner.config.previews.enabled).then(|| out.arg_ops.clone());
+    txn.arg_ops(mkey, std::mem::take(&mut out.arg_ops));
     for ev in &out.events {
         txn.emit(ev)?;
     }
-    if item.is_some() && txn.inner.config.previews.enabled {
-        previews(txn, conv, msg, &out.arg_ops, now)?;
+    if let Some(ops) = preview_ops {
+        previews(txn, conv, msg, &ops, now)?;
     }
     for pos in out.registered {
         register(txn, conv, msg, pos)?;
     }
     stream_results(txn, item, conv, msg, out.results, now)?;
     // (only an ended message has results to release and may complete)
-    let phase = txn.message_at(&mkey)?.map(|m| m.phase);
+    let phase = txn.message_at(mkey)?.map(|m| m.phase);
     let done = match phase {
         Some(core::MessagePhase::Ended) => {
             release_on_end(txn, conv, msg)?;
-            match txn.message_at(&mkey)? {
+            match txn.message_at(mkey)? {
                 Some(m) => {
                     if m.phase == core::MessagePhase::Ended
                         && m.calls.iter().any(|c| c.needs_text())
@@ -505,7 +511,7 @@ pub(crate) fn after_step_of(
     let mut open = false;
     for k in 0..choices {
         let m = match (k, msg == stream_msg) {
-            (0, true) => txn.message_at(&mkey)?,
+            (0, true) => txn.message_at(mkey)?,
             _ => txn.message_mut(conv, &choice_message(stream_msg, k))?,
         };
         open |= m.is_some_and(|m| m.phase != core::MessagePhase::Completed);

@@ -78,12 +78,13 @@ pub(crate) fn end_stream(
             continue;
         }
         let mut out = StepOutput::default();
-        txn.message_or_new(conv, &choice, provider)?;
-        txn.hold_text(&keys::message(conv, &choice))?;
-        let m = txn.message_or_new(conv, &choice, provider)?;
-        core::step::abandon(m, reason, &mut out);
+        let mkey = keys::message(conv, &choice);
+        txn.message_or_new_at(&mkey, conv, &choice, provider)?;
+        txn.hold_text(&mkey)?;
+        core::step::abandon(txn.loaded_message(&mkey)?, reason, &mut out);
         let chunk_stream = keys::stream(InputKind::Chunk, conv, msg);
-        after_step_of(txn, conv, &choice, (msg, &chunk_stream), out, None, now)?;
+        let target = (conv, choice.as_ref(), mkey.as_slice());
+        after_step_of(txn, target, (msg, &chunk_stream), out, None, now)?;
     }
     Ok(())
 }

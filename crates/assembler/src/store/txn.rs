@@ -356,33 +356,33 @@ impl<'a> Txn<'a> {
         self.writes.delete(Space::Results, key);
     }
 
-    /// Persists argument writes of a message's calls.
-    pub fn arg_ops(&mut self, mkey: &[u8], ops: &[ArgOp]) {
+    /// Persists argument writes of a message's calls, taking their text.
+    pub fn arg_ops(&mut self, mkey: &[u8], ops: Vec<ArgOp>) {
         for op in ops {
             match op {
                 ArgOp::Append { call, piece, text } => self.writes.put(
                     Space::Args,
-                    keys::args_piece(mkey, *call, *piece),
-                    text.as_bytes().to_vec(),
+                    keys::args_piece(mkey, call, piece),
+                    text.into_bytes(),
                 ),
                 ArgOp::AppendPath { call, piece, json } => self.writes.put(
                     Space::Args,
-                    keys::args_piece(mkey, call | keys::PATH_PIECES, *piece),
-                    json.as_bytes().to_vec(),
+                    keys::args_piece(mkey, call | keys::PATH_PIECES, piece),
+                    json.into_bytes(),
                 ),
                 ArgOp::Replace {
                     call,
                     old_pieces,
                     text,
                 } => {
-                    for p in 0..*old_pieces {
+                    for p in 0..old_pieces {
                         self.writes
-                            .delete(Space::Args, keys::args_piece(mkey, *call, p));
+                            .delete(Space::Args, keys::args_piece(mkey, call, p));
                     }
                     self.writes.put(
                         Space::Args,
-                        keys::args_piece(mkey, *call, 0),
-                        text.as_bytes().to_vec(),
+                        keys::args_piece(mkey, call, 0),
+                        text.into_bytes(),
                     );
                 }
             }
