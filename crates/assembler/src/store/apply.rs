@@ -343,8 +343,10 @@ fn apply_chunk(
                 );
                 return lose(txn, skey, item, &DeadLetterCode::DecodeError.with(why), now);
             }
-            let st = txn.stream_mut(skey)?;
-            st.choices = st.choices.max(k + 1);
+            // (only a new highest choice changes the stream: most chunks name a known one)
+            if k + 1 > txn.stream(skey)?.choices {
+                txn.stream_mut(skey)?.choices = k + 1;
+            }
         }
         let choices = txn.stream(skey)?.choice_count();
         if choices == 1 {
@@ -507,7 +509,7 @@ pub(crate) fn after_step_of(
         );
         txn.inner.note_completed();
     }
-    let choices = txn.stream_mut(skey)?.choice_count();
+    let choices = txn.stream(skey)?.choice_count();
     let mut open = false;
     for k in 0..choices {
         let m = match (k, msg == stream_msg) {
@@ -516,7 +518,10 @@ pub(crate) fn after_step_of(
         };
         open |= m.is_some_and(|m| m.phase != core::MessagePhase::Completed);
     }
-    txn.stream_mut(skey)?.open = open;
+    // (marked to be written only when that changes it)
+    if txn.stream(skey)?.open != open {
+        txn.stream_mut(skey)?.open = open;
+    }
     Ok(())
 }
 
@@ -570,3 +575,4 @@ fn text_missing() -> StoreError {
         detail: "a call's argument text was needed but not read back before the step".into(),
     }
 }
+
