@@ -309,8 +309,10 @@ fn apply_chunk(
     item: &Item<'_>,
     now: u64,
 ) -> Result<Applied, StoreError> {
-    // (choice, its message's key, what stepping it caused): one message per choice (`n > 1`)
+    // (choice, its message's key, what stepping it caused): one message per choice (`n > 1`);
+    // a one-choice chunk's step is kept in `one` (no list to allocate for almost every chunk)
     let mut steps: Vec<(u32, Vec<u8>, StepOutput)> = Vec::new();
+    let mut one = None;
     if let Some(control) = item.control {
         // An end on a stream that never named a provider (and has no message) would complete
         // an empty message that no event can show, silently, and dead-letter the real stream
@@ -360,7 +362,7 @@ fn apply_chunk(
             // one choice (all but OpenAI chat `n > 1`): every event is choice 0's, in order
             let events = routed.into_iter().map(|(_, ev)| ev);
             let (mkey, out) = step_choice(txn, item, provider, 0, events)?;
-            steps.push((0, mkey, out));
+            one = Some((0, mkey, out));
         } else {
             let mut buckets: Vec<Vec<ChunkEvent>> = vec![Vec::new(); choices as usize];
             for (route, ev) in routed {
@@ -388,7 +390,7 @@ fn apply_chunk(
         }
     }
     let mut after_end = false;
-    for (k, mkey, out) in steps {
+    for (k, mkey, out) in one.into_iter().chain(steps) {
         after_end |= out.after_end;
         let msg = choice_message(item.msg, k);
         let target = (item.conv, msg.as_ref(), mkey.as_slice());

@@ -24,11 +24,9 @@ pub(crate) struct Txn<'a> {
     pub storage: &'a dyn Storage,
     /// Collected writes.
     pub writes: WriteSet,
-    /// Streams changed by this unit.
-    dirty_streams: Keys,
     /// Streams read or changed by this unit (trimmed from the cache at commit), each with how
-    /// the timer indexes held it when the unit first touched it ([`Indexed`]).
-    touched_streams: Vec<(Vec<u8>, Indexed)>,
+    /// the timer indexes held it when the unit first touched it, and whether it changed.
+    touched_streams: Vec<Touched>,
     /// Messages changed by this unit.
     dirty_messages: Keys,
     /// Outbox rows written.
@@ -49,8 +47,11 @@ impl<'a> Txn<'a> {
         Txn {
             inner,
             storage,
-            writes: WriteSet::default(),
-            dirty_streams: Keys::default(),
+            // (a chunk writes its stream, message, seen group and argument piece, sometimes
+            // an outbox row and its counter: room for them at once instead of growing twice)
+            writes: WriteSet {
+                writes: Vec::with_capacity(8),
+            },
             touched_streams: Vec::new(),
             dirty_messages: Keys::default(),
             rows: 0,
@@ -81,20 +82,7 @@ impl<'a> Txn<'a> {
 
     /// The stream's state for reading (default when unknown), loaded into the cache.
     pub fn stream(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
-        if !self
-            .touched_streams
-            .iter()
-            .any(|(k, _)| k.as_slice() == key)
-        {
-            // a stream the indexes hold is live, and live streams are cached (`Inner`): its
-            // cached flags are its index entries
-            let indexed = self
-                .inner
-                .streams
-                .get(key)
-                .map_or_else(Indexed::default, Indexed::of);
-            self.touched_streams.push((key.to_vec(), indexed));
-        }
+        self.touch(key);
         if !self.inner.streams.contains_key(key) {
             let st = match self.storage.get(Space::Streams, key)? {
                 Some(v) => compact::decode_stream(&v)?,
@@ -113,8 +101,32 @@ impl<'a> Txn<'a> {
 
     /// The stream's state for changing: marked to be written.
     pub fn stream_mut(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
-        self.dirty_streams.note(key);
+        if let Some(t) = self.touch(key) {
+            t.dirty = true;
+        }
         self.stream(key)
+    }
+
+    /// The unit's entry for stream `key`, made on its first touch.
+    fn touch(&mut self, key: &[u8]) -> Option<&mut Touched> {
+        match self.touched_streams.iter().position(|t| t.key == key) {
+            Some(at) => self.touched_streams.get_mut(at),
+            None => {
+                // a stream the indexes hold is live, and live streams are cached (`Inner`):
+                // its cached flags are its index entries
+                let was = self
+                    .inner
+                    .streams
+                    .get(key)
+                    .map_or_else(Indexed::default, Indexed::of);
+                self.touched_streams.push(Touched {
+                    key: key.to_vec(),
+                    was,
+                    dirty: false,
+                });
+                self.touched_streams.last_mut()
+            }
+        }
     }
 
     /// Loads a message into the cache, without its argument text (see [`Txn::hold_text`]).
@@ -421,20 +433,15 @@ impl<'a> Txn<'a> {
     /// Serializes every changed stream and message and the counters, commits atomically,
     /// and trims the cache to what stays live. Returns (events, outbox rows).
     pub fn commit(mut self) -> Result<(usize, usize), StoreError> {
-        for key in self.dirty_streams.iter() {
-            if let Some(st) = self.inner.streams.get(key) {
+        for t in self.touched_streams.iter().filter(|t| t.dirty) {
+            if let Some(st) = self.inner.streams.get(&t.key) {
                 self.writes
-                    .put(Space::Streams, key.clone(), compact::encode_stream(st));
-                let live = Indexed::of(st).live();
-                let was_live = self
-                    .touched_streams
-                    .iter()
-                    .find(|(k, _)| k == key)
-                    .is_some_and(|(_, was)| was.live());
+                    .put(Space::Streams, t.key.clone(), compact::encode_stream(st));
+                let (live, was_live) = (Indexed::of(st).live(), t.was.live());
                 if live && !was_live {
-                    self.writes.put(Space::Live, key.clone(), Vec::new());
+                    self.writes.put(Space::Live, t.key.clone(), Vec::new());
                 } else if was_live && !live {
-                    self.writes.delete(Space::Live, key.clone());
+                    self.writes.delete(Space::Live, t.key.clone());
                 }
             }
         }
@@ -471,7 +478,7 @@ impl<'a> Txn<'a> {
         let writes = std::mem::take(&mut self.writes);
         self.storage.commit(writes)?;
         // Trim the cache to what stays live, and update the timer indexes.
-        for (key, was) in &self.touched_streams {
+        for Touched { key, was, .. } in &self.touched_streams {
             if let Some(st) = self.inner.streams.get(key) {
                 let (open, parked) = (st.open, st.parked);
                 // (most inputs leave their stream as the indexes hold it)
@@ -624,6 +631,16 @@ pub fn load_args(
         }
     }
     Ok(())
+}
+
+/// A stream a unit of work read or changed.
+#[derive(Debug)]
+struct Touched {
+    key: Vec<u8>,
+    /// How the timer indexes held it when the unit first touched it.
+    was: Indexed,
+    /// Changed by the unit: written at commit.
+    dirty: bool,
 }
 
 /// How the timer indexes hold a stream (`Inner::open`, `Inner::gapped`).
