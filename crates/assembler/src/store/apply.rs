@@ -484,7 +484,7 @@ pub(crate) fn after_step_of(
     }
     stream_results(txn, item, conv, msg, out.results, now)?;
     // (only an ended message has results to release and may complete)
-    let phase = txn.message_at(mkey)?.map(|m| m.phase);
+    let mut phase = txn.message_at(mkey)?.map(|m| m.phase);
     let done = match phase {
         Some(core::MessagePhase::Ended) => {
             release_on_end(txn, conv, msg)?;
@@ -495,9 +495,14 @@ pub(crate) fn after_step_of(
                     {
                         return Err(text_missing());
                     }
-                    core::complete_if_done(m)
+                    let done = core::complete_if_done(m);
+                    phase = Some(m.phase);
+                    done
                 }
-                None => None,
+                None => {
+                    phase = None;
+                    None
+                }
             }
         }
         _ => None,
@@ -521,11 +526,14 @@ pub(crate) fn after_step_of(
     let choices = txn.stream(skey)?.choice_count();
     let mut open = false;
     for k in 0..choices {
-        let m = match (k, msg == stream_msg) {
-            (0, true) => txn.message_at(mkey)?,
-            _ => txn.message_mut(conv, &choice_message(stream_msg, k))?,
+        let phase = match (k, msg == stream_msg) {
+            // (this message's phase, read above: nothing since changed it)
+            (0, true) => phase,
+            _ => txn
+                .message_mut(conv, &choice_message(stream_msg, k))?
+                .map(|m| m.phase),
         };
-        open |= m.is_some_and(|m| m.phase != core::MessagePhase::Completed);
+        open |= phase.is_some_and(|p| p != core::MessagePhase::Completed);
     }
     // (marked to be written only when that changes it)
     if txn.stream(skey)?.open != open {

@@ -281,27 +281,18 @@ impl<'a> Txn<'a> {
             self.inner.message_order.push_back(mkey.to_vec());
         }
         self.dirty_messages.note(mkey);
-        let needs_provider = self
-            .inner
-            .messages
-            .get(mkey)
-            .is_some_and(|m| m.provider.is_none());
-        if let (true, Some(p)) = (needs_provider, provider) {
-            self.results_put(
+        let vanished = || StoreError::Corrupt {
+            space: "messages",
+            detail: "cache entry vanished".into(),
+        };
+        let m = self.inner.messages.get_mut(mkey).ok_or_else(vanished)?;
+        if let Some(p) = provider.filter(|_| m.provider.is_none()) {
+            m.provider = Some(p);
+            put_result(
+                (&mut self.results_overlay, &mut self.writes),
                 keys::result(ResultTag::ConversationProvider, conv, ""),
                 p.as_str().as_bytes().to_vec(),
             );
-        }
-        let m = self
-            .inner
-            .messages
-            .get_mut(mkey)
-            .ok_or_else(|| StoreError::Corrupt {
-                space: "messages",
-                detail: "cache entry vanished".into(),
-            })?;
-        if m.provider.is_none() {
-            m.provider = provider;
         }
         Ok(m)
     }
@@ -357,9 +348,7 @@ impl<'a> Txn<'a> {
 
     /// Writes to the results keyspace.
     pub fn results_put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.results_overlay
-            .insert(key.clone(), Some(value.clone()));
-        self.writes.put(Space::Results, key, value);
+        put_result((&mut self.results_overlay, &mut self.writes), key, value);
     }
 
     /// Deletes from the results keyspace.
@@ -579,6 +568,17 @@ impl Txn<'_> {
         }
         Ok(())
     }
+}
+
+/// [`Txn::results_put`] on the unit's overlay and writes alone, so that a message borrowed
+/// from the cache can stay borrowed.
+fn put_result(
+    (overlay, writes): (&mut FastMap<Vec<u8>, Option<Vec<u8>>>, &mut WriteSet),
+    key: Vec<u8>,
+    value: Vec<u8>,
+) {
+    overlay.insert(key.clone(), Some(value.clone()));
+    writes.put(Space::Results, key, value);
 }
 
 /// A call's text from its stored pieces (in key order).
