@@ -90,16 +90,19 @@ pub(crate) fn write_staged(
         rest = after;
         let gkey = group_key(skey, *seq);
         // the group is patched where the cache holds it (read and cached first on a miss)
-        let hit = matches!(cache.get(skey.as_slice()), Some((g, _)) if *g == group);
-        if !hit {
-            let stored = storage.get(Space::SeenSets, &gkey)?.unwrap_or_default();
-            if cache.len() >= cap && !cache.contains_key(skey.as_slice()) {
-                cache.clear();
+        let value = match cache.get_mut(skey.as_slice()) {
+            Some((g, value)) if *g == group => value,
+            _ => {
+                let stored = storage.get(Space::SeenSets, &gkey)?.unwrap_or_default();
+                if cache.len() >= cap && !cache.contains_key(skey.as_slice()) {
+                    cache.clear();
+                }
+                &mut cache
+                    .entry(skey.clone())
+                    .insert_entry((group, stored))
+                    .into_mut()
+                    .1
             }
-            cache.insert(skey.clone(), (group, stored));
-        }
-        let Some((_, value)) = cache.get_mut(skey.as_slice()) else {
-            continue;
         };
         // (a truncated tail entry is dropped, as `entries` ignores it)
         value.truncate(value.len() - value.len() % ENTRY);

@@ -82,8 +82,12 @@ impl<'a> Txn<'a> {
 
     /// The stream's state for reading (default when unknown), loaded into the cache.
     pub fn stream(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
-        self.touch(key);
-        if !self.inner.streams.contains_key(key) {
+        // (once in the cache, a stream stays there until the commit trims it: only the first
+        // look of the unit needs to check)
+        let cached = self
+            .touch(key)
+            .is_some_and(|t| std::mem::replace(&mut t.cached, true));
+        if !cached && !self.inner.streams.contains_key(key) {
             let st = match self.storage.get(Space::Streams, key)? {
                 Some(v) => compact::decode_stream(&v)?,
                 None => StreamState::default(),
@@ -123,6 +127,7 @@ impl<'a> Txn<'a> {
                     key: key.to_vec(),
                     was,
                     dirty: false,
+                    cached: false,
                 });
                 self.touched_streams.last_mut()
             }
@@ -641,6 +646,8 @@ struct Touched {
     was: Indexed,
     /// Changed by the unit: written at commit.
     dirty: bool,
+    /// Known to be in the cache of streams (`Inner::streams`) since the unit's first look.
+    cached: bool,
 }
 
 /// How the timer indexes hold a stream (`Inner::open`, `Inner::gapped`).
