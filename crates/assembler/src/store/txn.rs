@@ -136,7 +136,8 @@ impl<'a> Txn<'a> {
 
     /// Loads a message into the cache, without its argument text (see [`Txn::hold_text`]).
     fn load_message(&mut self, mkey: &[u8]) -> Result<bool, StoreError> {
-        if self.inner.messages.contains_key(mkey) {
+        // (a message the unit noted is in the cache until the commit: no hash to tell)
+        if self.dirty_messages.contains(mkey) || self.inner.messages.contains_key(mkey) {
             return Ok(true);
         }
         let Some(v) = self.storage.get(Space::Messages, mkey)? else {
