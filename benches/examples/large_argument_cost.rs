@@ -21,6 +21,12 @@
 //! bytes, beside (4 KiB case − its build) / bytes. The 4 KiB case still holds the store's
 //! open and the final drain; its difference between two sizes (`--kib 256` and `--kib 1024`)
 //! leaves them out.
+//!
+//! Where `perf stat` has no hardware counters (it prints `<not supported>`, as on some
+//! virtual machines), `benches/large_argument_cost.sh [KiB]` counts with callgrind inside
+//! `Store::apply` and `Store::flush` only: no build to subtract, no store open, and none of
+//! sled's own threads (whose spinning callgrind would count). Its figures are therefore a
+//! little lower than the `perf stat` ones and are compared only with each other.
 
 use assembler::{Config, Input, InputKind, Seq, Store};
 use chunk_model::Provider;
