@@ -83,16 +83,18 @@ impl<'a> Txn<'a> {
     /// The stream's state for reading (default when unknown), loaded into the cache.
     pub fn stream(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
         // (once in the cache, a stream stays there until the commit trims it: only the first
-        // look of the unit needs to check)
-        let cached = self
-            .touch(key)
-            .is_some_and(|t| std::mem::replace(&mut t.cached, true));
-        if !cached && !self.inner.streams.contains_key(key) {
-            let st = match self.storage.get(Space::Streams, key)? {
-                Some(v) => compact::decode_stream(&v)?,
-                None => StreamState::default(),
-            };
-            self.inner.streams.insert(key.to_vec(), st);
+        // look of the unit needs to check, and a look that failed to load it checks again)
+        if !self.touch(key).is_some_and(|t| t.cached) {
+            if !self.inner.streams.contains_key(key) {
+                let st = match self.storage.get(Space::Streams, key)? {
+                    Some(v) => compact::decode_stream(&v)?,
+                    None => StreamState::default(),
+                };
+                self.inner.streams.insert(key.to_vec(), st);
+            }
+            if let Some(t) = self.touch(key) {
+                t.cached = true;
+            }
         }
         self.inner
             .streams
