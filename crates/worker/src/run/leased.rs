@@ -2,11 +2,13 @@
 //! through leases in a JetStream key-value bucket (`crate::ownership`), and runs one
 //! [`Engine`] per lease: started when a lease is acquired, stopped at once when one is
 //! revoked, stopped gracefully before a lease is handed off to a worker that joined.
+//! Ownership itself starts through `start_until_ready`, which retries transient failures.
 
 use super::engine::{Engine, LeaseTerms, Running, Shared, Stop};
 use super::shutdown::{Shutdown, Trigger};
-use crate::ownership::{self, Change, Fence};
+use crate::ownership::{self, Change, Fence, OwnershipError};
 use crate::serve::metrics::Metrics;
+use sink::backoff::Backoff;
 use sink::guarded::Guard;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -31,6 +33,9 @@ impl Guard for LeaseGuard {
 
 /// How often engines whose consume loop ended on its own are looked for.
 const CHECK: Duration = Duration::from_millis(500);
+/// Pauses after a transient failure to start partition ownership (the lease bucket's look-up
+/// timed out, say, while a cluster elects its leaders): 100 ms doubling up to 2 s.
+const START_BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
 
 /// Runs until shutdown; returns whether every engine ended cleanly.
 pub(super) async fn run(
@@ -43,10 +48,22 @@ pub(super) async fn run(
     let mut settings = config.ownership.clone();
     // one replica setting for the streams and every bucket
     settings.replicas = config.streams.replicas;
-    let (handle, mut changes) =
-        ownership::start(shared.js.clone(), settings, config.consumer.partitions)
-            .await
-            .map_err(|e| anyhow::anyhow!("partition ownership: {e}"))?;
+    let started = start_until_ready(
+        || {
+            ownership::start(
+                shared.js.clone(),
+                settings.clone(),
+                config.consumer.partitions,
+            )
+        },
+        START_BACKOFF,
+        shutdown,
+    )
+    .await?;
+    let Some((handle, mut changes)) = started else {
+        // shutdown asked for before ownership started: nothing was held
+        return Ok(true);
+    };
     let worker = handle.worker_id().to_string();
     let metrics = &shared.metrics.leases;
     metrics.enabled.store(true, Ordering::Relaxed);
@@ -155,4 +172,124 @@ pub(super) async fn run(
     }
     handle.shutdown().await;
     Ok(clean)
+}
+
+/// Starts partition ownership with `attempt`, trying again after a pause from `backoff` while
+/// it fails transiently (the server did not answer in time, or was not reachable): a worker
+/// that starts while its cluster is busy waits for it instead of exiting. A fatal failure (an
+/// invalid setting, a bucket with other settings) is returned; `Ok(None)` once `shutdown` is
+/// asked for.
+async fn start_until_ready<T, A, Fut>(
+    mut attempt: A,
+    mut backoff: Backoff,
+    shutdown: &mut Shutdown,
+) -> anyhow::Result<Option<T>>
+where
+    A: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, OwnershipError>>,
+{
+    loop {
+        let outcome = tokio::select! {
+            _ = shutdown.wait() => return Ok(None),
+            outcome = attempt() => outcome,
+        };
+        match outcome {
+            Ok(started) => return Ok(Some(started)),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "partition ownership could not start yet; retrying");
+            }
+            Err(e) => return Err(anyhow::anyhow!("partition ownership: {e}")),
+        }
+        tokio::select! {
+            _ = shutdown.wait() => return Ok(None),
+            _ = backoff.sleep() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::shutdown;
+    use std::cell::Cell;
+    use tokio::time::Instant;
+
+    fn timed_out() -> OwnershipError {
+        OwnershipError::Transient("look up KV_TOOLSTREAM_LEASES: timed out".into())
+    }
+
+    /// The CI failure this pins: one worker of three exited at start because the lease
+    /// bucket's look-up timed out once while the cluster was busy.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_bucket_look_up_that_timed_out_is_retried_not_fatal() {
+        let (_trigger, mut stop) = shutdown::channel();
+        let tries = Cell::new(0u32);
+        let started = Instant::now();
+        let got = start_until_ready(
+            || {
+                tries.set(tries.get() + 1);
+                let n = tries.get();
+                async move {
+                    if n < 4 {
+                        Err(timed_out())
+                    } else {
+                        Ok(n)
+                    }
+                }
+            },
+            START_BACKOFF,
+            &mut stop,
+        )
+        .await
+        .expect("transient failures are not fatal");
+        assert_eq!(got, Some(4));
+        // three pauses: 100 + 200 + 400 ms
+        assert_eq!(started.elapsed(), Duration::from_millis(700));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_invalid_setting_or_bucket_is_fatal_at_once() {
+        for fatal in [
+            OwnershipError::Config("lease_ttl must be at least 1s".into()),
+            OwnershipError::Bucket("bucket exists with max_age 5s".into()),
+        ] {
+            let (_trigger, mut stop) = shutdown::channel();
+            let tries = Cell::new(0u32);
+            let mut fatal = Some(fatal);
+            let got: anyhow::Result<Option<()>> = start_until_ready(
+                || {
+                    tries.set(tries.get() + 1);
+                    let e = fatal.take().unwrap_or_else(timed_out);
+                    async move { Err(e) }
+                },
+                START_BACKOFF,
+                &mut stop,
+            )
+            .await;
+            let e = got.expect_err("a fatal failure is returned");
+            assert!(e.to_string().starts_with("partition ownership: "), "{e}");
+            assert_eq!(tries.get(), 1);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_while_retrying_ends_the_wait_without_an_error() {
+        let (trigger, mut stop) = shutdown::channel();
+        let tries = Cell::new(0u32);
+        let got: Option<()> = start_until_ready(
+            || {
+                tries.set(tries.get() + 1);
+                if tries.get() == 3 {
+                    trigger.trigger();
+                }
+                async { Err(timed_out()) }
+            },
+            START_BACKOFF,
+            &mut stop,
+        )
+        .await
+        .expect("shutdown is not an error");
+        assert_eq!(got, None);
+        assert_eq!(tries.get(), 3);
+    }
 }
