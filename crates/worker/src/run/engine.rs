@@ -255,13 +255,9 @@ impl Engine {
             .await
             .map(|i| i.state.last_sequence)
             .unwrap_or(0);
-        tokio::spawn(report_caught_up(
-            consumers.clone(),
-            backlog_end,
-            partition,
-            lease.epoch,
-            Arc::clone(&lease.guard),
-        ));
+        let caught_up_since = tokio::time::Instant::now();
+        let caught_up_consumers = consumers.clone();
+        let caught_up_guard = Arc::clone(&lease.guard);
         let metrics = Arc::clone(&shared.metrics);
         let publisher = Guarded::new(
             JetStream::new(shared.js.clone()).with_payloads(shared.payloads.clone()),
@@ -305,6 +301,15 @@ impl Engine {
         .await?;
         engine.epoch = epoch;
         engine.from_checkpoint = restored.is_some();
+        tokio::spawn(report_caught_up(
+            caught_up_consumers,
+            backlog_end,
+            partition,
+            epoch,
+            caught_up_guard,
+            caught_up_since,
+            engine.stop.observe(),
+        ));
         Ok(engine)
     }
 
@@ -710,43 +715,68 @@ async fn other_epochs(
 
 /// Logs once when a rebuilt partition's consumers have delivered everything the input stream
 /// held when the lease was acquired, up to `backlog_end` (`partition caught up`, with the time
-/// since the lease was acquired and the inputs read): how long a takeover took. Gives up
-/// quietly when the lease goes.
+/// since `since` and the inputs read): how long a takeover took. Gives up quietly when the
+/// engine stops (`stop`).
 async fn report_caught_up(
     consumers: Vec<PullConsumer>,
     backlog_end: u64,
     partition: u32,
     epoch: u64,
     guard: Arc<dyn Guard>,
+    since: tokio::time::Instant,
+    mut stop: Shutdown,
 ) {
-    let started = tokio::time::Instant::now();
-    loop {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        if !guard.is_valid() {
-            return;
-        }
-        let mut behind = false;
-        let mut delivered = 0u64;
-        for consumer in &consumers {
-            let mut consumer = consumer.clone();
-            match consumer.info().await {
-                Ok(info) => {
-                    // past the backlog's end, or nothing left at all
-                    behind |= info.num_pending > 0 && info.delivered.stream_sequence < backlog_end;
-                    delivered += info.delivered.consumer_sequence;
+    let look = || {
+        let consumers = consumers.clone();
+        async move {
+            let mut delivered = 0u64;
+            for mut consumer in consumers {
+                let info = consumer.info().await.ok()?;
+                // past the backlog's end, or nothing left at all
+                if info.num_pending > 0 && info.delivered.stream_sequence < backlog_end {
+                    return None;
                 }
-                Err(_) => behind = true,
+                delivered += info.delivered.consumer_sequence;
             }
+            Some(delivered)
         }
-        if !behind {
-            tracing::info!(
-                partition,
-                epoch,
-                inputs = delivered,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "partition caught up with the input stream"
-            );
-            return;
+    };
+    if let Some(inputs) = wait_caught_up(look, guard.as_ref(), &mut stop).await {
+        tracing::info!(
+            partition,
+            epoch,
+            inputs,
+            elapsed_ms = since.elapsed().as_millis() as u64,
+            "partition caught up with the input stream"
+        );
+    }
+}
+
+/// How often [`report_caught_up`] looks at the consumers.
+const CAUGHT_UP_POLL: Duration = Duration::from_millis(100);
+
+/// Every [`CAUGHT_UP_POLL`], while `guard` holds, asks `look` for the inputs delivered once
+/// every consumer is past the backlog (`None` while one is behind or cannot be read); the
+/// first answer is returned. `None` once `stop` is asked for.
+///
+/// A fence that lapsed is skipped over, not given up on: a renewal that came late (a loaded
+/// machine, a 3 s TTL) makes it hold again, and the engine runs on. Giving up there left a
+/// running partition that never said it caught up.
+async fn wait_caught_up<F, Fut>(mut look: F, guard: &dyn Guard, stop: &mut Shutdown) -> Option<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<u64>>,
+{
+    loop {
+        tokio::select! {
+            _ = stop.wait() => return None,
+            _ = tokio::time::sleep(CAUGHT_UP_POLL) => {}
+        }
+        if !guard.is_valid() {
+            continue;
+        }
+        if let Some(inputs) = look().await {
+            return Some(inputs);
         }
     }
 }
@@ -799,5 +829,79 @@ mod tests {
         assert!(!single("toolstream-e9"));
         assert!(!single("toolstream"));
         assert!(!single("toolstream-e3-p0-chunks"));
+    }
+
+    /// A fence that goes down and up again, as a late renewal makes it.
+    struct Flicker {
+        down_until: tokio::time::Instant,
+    }
+
+    impl Guard for Flicker {
+        fn is_valid(&self) -> bool {
+            tokio::time::Instant::now() >= self.down_until
+        }
+        fn owner(&self) -> String {
+            "w/1".into()
+        }
+    }
+
+    /// The leased_fencing flake: a partition whose fence lapsed for a moment right after the
+    /// takeover (a renewal late on a loaded machine) ran on but never logged `partition caught
+    /// up`, because the report gave up at the first invalid look.
+    #[tokio::test(start_paused = true)]
+    async fn a_fence_that_lapses_and_holds_again_still_gets_its_caught_up_line() {
+        let (_trigger, mut stop) = shutdown::channel();
+        let guard = Flicker {
+            down_until: tokio::time::Instant::now() + Duration::from_millis(450),
+        };
+        let looks = std::cell::Cell::new(0u32);
+        let started = tokio::time::Instant::now();
+        let inputs = wait_caught_up(
+            || {
+                looks.set(looks.get() + 1);
+                async { Some(7) }
+            },
+            &guard,
+            &mut stop,
+        )
+        .await;
+        assert_eq!(inputs, Some(7));
+        assert_eq!(looks.get(), 1, "no look while the fence is down");
+        assert_eq!(started.elapsed(), Duration::from_millis(500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_caught_up_wait_looks_until_every_consumer_is_past_the_backlog() {
+        let (_trigger, mut stop) = shutdown::channel();
+        let guard = Flicker {
+            down_until: tokio::time::Instant::now(),
+        };
+        let looks = std::cell::Cell::new(0u32);
+        let inputs = wait_caught_up(
+            || {
+                looks.set(looks.get() + 1);
+                let n = looks.get();
+                async move { (n == 3).then_some(12) }
+            },
+            &guard,
+            &mut stop,
+        )
+        .await;
+        assert_eq!((inputs, looks.get()), (Some(12), 3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_caught_up_wait_ends_with_its_engine() {
+        let (trigger, mut stop) = shutdown::channel();
+        let guard = Flicker {
+            down_until: tokio::time::Instant::now() + Duration::from_secs(3600),
+        };
+        let stopper = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            trigger.trigger();
+        });
+        let inputs = wait_caught_up(|| async { Some(1) }, &guard, &mut stop).await;
+        assert_eq!(inputs, None);
+        stopper.await.expect("stopper");
     }
 }

@@ -32,6 +32,13 @@ impl Trigger {
     pub fn trigger(&self) {
         self.tx.send_replace(true);
     }
+
+    /// An observer of this trigger.
+    pub fn observe(&self) -> Shutdown {
+        Shutdown {
+            rx: self.tx.subscribe(),
+        }
+    }
 }
 
 impl Shutdown {
