@@ -39,7 +39,7 @@ pub fn tool_call(msg: &MessageState, pos: usize, call: &CallState) -> ToolCall {
         }),
         name: call.name.clone().unwrap_or_default(),
         arguments: if call.status == CallStatus::Completed {
-            call.arguments.clone()
+            call.arguments.value().clone()
         } else {
             Value::Null
         },

@@ -102,12 +102,12 @@ fn judge(msg: &mut MessageState, pos: usize, out: &mut StepOutput) -> (CallStatu
     }
     if call.kind.is_free_text() {
         // Free-form input (a custom tool): the text is the input, whatever it holds.
-        call.arguments = Value::String(call.args.clone());
+        call.arguments = Value::String(call.args.clone()).into();
         return (CallStatus::Completed, None);
     }
     match parse_arguments(&call.args) {
         Ok(value) => {
-            call.arguments = value;
+            call.arguments = value.into();
             (CallStatus::Completed, None)
         }
         // `invalid_json`, or `argument_depth` past chunk_model's MAX_ARGUMENT_DEPTH (64).

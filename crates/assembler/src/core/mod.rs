@@ -34,5 +34,7 @@ pub use matching::{
 pub use order::{Admission, StreamState};
 pub use output::{ArgOp, StepOutput};
 pub use results::{PendingResult, ResultSource};
-pub use state::{CallState, Limits, MessagePhase, MessageState, ReasoningState, REASONING_PIECES};
+pub use state::{
+    Arguments, CallState, Limits, MessagePhase, MessageState, ReasoningState, REASONING_PIECES,
+};
 pub use step::step;

@@ -3,6 +3,7 @@
 use chunk_model::{CallKind, CallStatus, PathValue, Provider, ReasoningKind, ToolResult};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::sync::{Arc, OnceLock};
 
 /// Limits the core enforces (a copy of the relevant [`crate::Config`] fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,8 +107,8 @@ pub struct CallState {
     #[serde(default)]
     pub started: bool,
     /// Parsed arguments of a completed call.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub arguments: Value,
+    #[serde(default, skip_serializing_if = "Arguments::is_null")]
+    pub arguments: Arguments,
     /// Bytes of argument text carried by the call's `tool_call.delta`s so far: where the next
     /// one starts (see [`crate::core::preview`]).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -126,6 +127,102 @@ pub struct CallState {
     /// Whether `preview_text` holds the text from `preview_from` to the end.
     #[serde(skip)]
     pub preview_held: bool,
+}
+
+/// The parsed arguments of a completed call ([`CallState::arguments`]), with their JSON kept
+/// once it is made or read.
+///
+/// A message's state is written again at every commit of the message, and a completed call's
+/// arguments with it: serializing a large value again for every later input of its message
+/// (the fragments of a call after it, its results) was most of what encoding a message cost
+/// (profile in the README, "What moved the figures"). The value cannot be changed in place,
+/// only replaced, so the JSON kept always encodes it. Serialized, compared and printed as the
+/// value alone.
+#[derive(Clone, Default)]
+pub struct Arguments {
+    value: Value,
+    json: OnceLock<Arc<[u8]>>,
+}
+
+impl Arguments {
+    /// Arguments holding `value`; its JSON is made when first asked for.
+    pub fn new(value: Value) -> Arguments {
+        Arguments {
+            value,
+            json: OnceLock::new(),
+        }
+    }
+
+    /// Arguments read from storage: `value` as parsed from `json`, which is kept as it is.
+    pub(crate) fn with_json(value: Value, json: &[u8]) -> Arguments {
+        Arguments {
+            value,
+            json: OnceLock::from(Arc::<[u8]>::from(json)),
+        }
+    }
+
+    /// The value.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// Whether there are none (`null`: the call is not completed).
+    pub fn is_null(&self) -> bool {
+        self.value.is_null()
+    }
+
+    /// The value as JSON, serialized on the first call only.
+    pub(crate) fn json(&self) -> Result<&[u8], serde_json::Error> {
+        if let Some(json) = self.json.get() {
+            return Ok(json);
+        }
+        let made: Arc<[u8]> = serde_json::to_vec(&self.value)?.into();
+        Ok(self.json.get_or_init(|| made))
+    }
+}
+
+impl From<Value> for Arguments {
+    fn from(value: Value) -> Arguments {
+        Arguments::new(value)
+    }
+}
+
+impl std::ops::Deref for Arguments {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.value
+    }
+}
+
+impl std::fmt::Debug for Arguments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.value.fmt(f)
+    }
+}
+
+impl PartialEq for Arguments {
+    fn eq(&self, other: &Arguments) -> bool {
+        self.value == other.value
+    }
+}
+
+impl PartialEq<Value> for Arguments {
+    fn eq(&self, other: &Value) -> bool {
+        self.value == *other
+    }
+}
+
+impl Serialize for Arguments {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.value.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Arguments {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Arguments, D::Error> {
+        Value::deserialize(deserializer).map(Arguments::new)
+    }
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -159,7 +256,7 @@ impl CallState {
             status: CallStatus::Streaming,
             reason: None,
             started: false,
-            arguments: Value::Null,
+            arguments: Arguments::default(),
             preview_bytes: 0,
             preview_at: None,
             preview_text: String::new(),

@@ -20,7 +20,7 @@
 //! and nested (call metadata and parsed arguments, reasoning blocks, result blocks) are their
 //! JSON text, length-prefixed. A field added later goes at the end behind a new tag.
 
-use crate::core::{CallState, MessagePhase, MessageState, StreamState};
+use crate::core::{Arguments, CallState, MessagePhase, MessageState, StreamState};
 use crate::error::StoreError;
 use crate::storage::Space;
 use chunk_model::{CallKind, CallStatus, Provider, ToolResult};
@@ -236,7 +236,13 @@ fn write_call(w: &mut Writer, c: &CallState) -> Result<(), StoreError> {
         w.json(&c.metadata)?;
     }
     if !c.arguments.is_null() {
-        w.json(&c.arguments)?;
+        // kept from the first time (or as read): not serialized again at every commit
+        let json = c.arguments.json().map_err(|e| StoreError::Encode {
+            space: "compact",
+            detail: e.to_string(),
+        })?;
+        w.varint(json.len() as u64);
+        w.0.extend_from_slice(json);
     }
     Ok(())
 }
@@ -278,7 +284,8 @@ fn read_call(r: &mut Reader<'_>) -> Result<CallState, StoreError> {
         c.metadata = r.json()?;
     }
     if bit(f, 9) {
-        c.arguments = r.json()?;
+        let bytes = r.bytes()?;
+        c.arguments = Arguments::with_json(json(r.space, bytes)?, bytes);
     }
     Ok(c)
 }
@@ -562,7 +569,9 @@ mod tests {
                     c.path_bytes,
                     c.preview_bytes,
                 ) = counts;
-                (c.preview_at, c.metadata, c.arguments) = rest;
+                let arguments;
+                (c.preview_at, c.metadata, arguments) = rest;
+                c.arguments = arguments.into();
                 c
             })
     }
@@ -704,6 +713,40 @@ mod tests {
                 let _ = at_rest(space, &flipped);
             }
         }
+    }
+
+    /// A completed call's arguments are serialized once, not at every commit of their message
+    /// (the mixed workload's profile: most of `encode_message`). The row holds the same JSON
+    /// as before, the JSON made for the first commit is the one later commits copy, and a
+    /// row read back writes the bytes it was read from.
+    #[test]
+    fn a_completed_call_s_arguments_are_serialized_once_and_written_as_read() {
+        let value = serde_json::json!({"q": "line\n\"quoted\"", "n": [1, 2.5, -3], "z": null});
+        let mut m = MessageState::new("c", "m", Some(Provider::OpenaiChat), 3);
+        let mut call = CallState::new();
+        call.status = CallStatus::Completed;
+        call.arguments = value.clone().into();
+        m.calls.push(call);
+
+        let first = encode_message(&m).unwrap();
+        let inline = serde_json::to_vec(&value).unwrap();
+        assert!(
+            first.windows(inline.len()).any(|w| w == inline.as_slice()),
+            "the row holds serde_json's encoding of the value"
+        );
+        let made = m.calls[0].arguments.json().unwrap().as_ptr();
+        assert_eq!(encode_message(&m).unwrap(), first);
+        assert_eq!(
+            m.calls[0].arguments.json().unwrap().as_ptr(),
+            made,
+            "the second commit reuses the JSON of the first"
+        );
+
+        // (a call read back holds none of its text: compared by its arguments and re-encoding)
+        let read = decode_message(&first).unwrap();
+        assert_eq!(read.calls[0].arguments, value);
+        assert_eq!(read.calls[0].arguments.json().unwrap(), inline.as_slice());
+        assert_eq!(encode_message(&read).unwrap(), first);
     }
 
     #[test]
