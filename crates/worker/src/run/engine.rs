@@ -757,7 +757,8 @@ const CAUGHT_UP_POLL: Duration = Duration::from_millis(100);
 
 /// Every [`CAUGHT_UP_POLL`], while `guard` holds, asks `look` for the inputs delivered once
 /// every consumer is past the backlog (`None` while one is behind or cannot be read); the
-/// first answer is returned. `None` once `stop` is asked for.
+/// first answer that comes while the guard still holds and the engine runs is returned.
+/// `None` once `stop` is asked for, also in the middle of a look.
 ///
 /// A fence that lapsed is skipped over, not given up on: a renewal that came late (a loaded
 /// machine, a 3 s TTL) makes it hold again, and the engine runs on. Giving up there left a
@@ -775,8 +776,15 @@ where
         if !guard.is_valid() {
             continue;
         }
-        if let Some(inputs) = look().await {
-            return Some(inputs);
+        let looked = tokio::select! {
+            _ = stop.wait() => return None,
+            looked = look() => looked,
+        };
+        // a look that ended after its engine stopped, or its lease went, says nothing
+        if let Some(inputs) = looked {
+            if !stop.is_triggered() && guard.is_valid() {
+                return Some(inputs);
+            }
         }
     }
 }
@@ -890,18 +898,72 @@ mod tests {
         assert_eq!((inputs, looks.get()), (Some(12), 3));
     }
 
+    /// With the lease holding and the consumers never caught up, only the engine's stop ends
+    /// the wait (before, a lapsed fence did, and nothing else).
     #[tokio::test(start_paused = true)]
     async fn the_caught_up_wait_ends_with_its_engine() {
         let (trigger, mut stop) = shutdown::channel();
         let guard = Flicker {
-            down_until: tokio::time::Instant::now() + Duration::from_secs(3600),
+            down_until: tokio::time::Instant::now(),
         };
+        let started = tokio::time::Instant::now();
         let stopper = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(5)).await;
             trigger.trigger();
         });
-        let inputs = wait_caught_up(|| async { Some(1) }, &guard, &mut stop).await;
+        let looks = std::cell::Cell::new(0u32);
+        let inputs = wait_caught_up(
+            || {
+                looks.set(looks.get() + 1);
+                async { None }
+            },
+            &guard,
+            &mut stop,
+        )
+        .await;
         assert_eq!(inputs, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        assert!(looks.get() >= 40, "it kept looking: {}", looks.get());
         stopper.await.expect("stopper");
+    }
+
+    /// A look still under way when the engine stops (a slow consumer info) says nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_look_that_ends_after_its_engine_stopped_says_nothing() {
+        let (trigger, mut stop) = shutdown::channel();
+        let guard = Flicker {
+            down_until: tokio::time::Instant::now(),
+        };
+        let inputs = wait_caught_up(
+            || {
+                let trigger = trigger.clone();
+                async move {
+                    // the engine stops while this look waits for the server
+                    trigger.trigger();
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    Some(3)
+                }
+            },
+            &guard,
+            &mut stop,
+        )
+        .await;
+        assert_eq!(inputs, None);
+    }
+
+    /// The engine's own trigger is what the wait watches: `Trigger::observe` sees a trigger
+    /// given before or after it was made.
+    #[tokio::test]
+    async fn an_observer_made_from_a_trigger_sees_it() {
+        let (trigger, _stop) = shutdown::channel();
+        let mut before = trigger.observe();
+        trigger.trigger();
+        let mut after = trigger.observe();
+        tokio::time::timeout(Duration::from_secs(5), async {
+            before.wait().await;
+            after.wait().await;
+        })
+        .await
+        .expect("both observers see the trigger");
     }
 }

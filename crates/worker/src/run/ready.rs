@@ -16,8 +16,10 @@ use tokio::sync::Notify;
 /// How often the connection state is looked at while the client is not connected and no
 /// "connected" signal came (a safety net: the signal normally ends the wait at once).
 const CONNECTED_POLL: Duration = Duration::from_millis(50);
-/// Pauses after transient provisioning failures: 100 ms doubling up to 2 s.
-const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+/// Pauses after transient provisioning failures: 100 ms doubling up to 2 s (also those of
+/// starting partition ownership, `super::leased`).
+pub(super) const BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
 
 /// Provisions, retrying transient failures until shutdown (`Ok(None)`).
 ///
