@@ -153,7 +153,10 @@ impl Arguments {
         }
     }
 
-    /// Arguments read from storage: `value` as parsed from `json`, which is kept as it is.
+    /// Arguments read from storage: `value` as parsed from `json`, which is kept as it is and
+    /// written again as it is. Every writer of it was `serde_json::to_vec` of the value, so it
+    /// is the JSON that would be made (and any other JSON of the same value would still read
+    /// back as the same value).
     pub(crate) fn with_json(value: Value, json: &[u8]) -> Arguments {
         Arguments {
             value,
@@ -169,6 +172,12 @@ impl Arguments {
     /// Whether there are none (`null`: the call is not completed).
     pub fn is_null(&self) -> bool {
         self.value.is_null()
+    }
+
+    /// Whether its JSON is kept (made or read) already.
+    #[cfg(test)]
+    pub(crate) fn is_cached(&self) -> bool {
+        self.json.get().is_some()
     }
 
     /// The value as JSON, serialized on the first call only.
