@@ -178,8 +178,8 @@ pub(super) async fn run(
 /// Starts partition ownership with `attempt`, trying again after a pause from `backoff` while
 /// it fails transiently (the server did not answer in time, or was not reachable): a worker
 /// that starts while its cluster is busy waits for it instead of exiting. A fatal failure (an
-/// invalid setting, a bucket with other settings) is returned; `Ok(None)` once `shutdown` is
-/// asked for.
+/// invalid setting, a bucket with other settings, a server that refuses to create the bucket)
+/// is returned; `Ok(None)` once `shutdown` is asked for.
 async fn start_until_ready<T, A, Fut>(
     mut attempt: A,
     mut backoff: Backoff,
