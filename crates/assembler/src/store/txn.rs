@@ -84,7 +84,7 @@ impl<'a> Txn<'a> {
     pub fn stream(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
         // (once in the cache, a stream stays there until the commit trims it: only the first
         // look of the unit needs to check, and a look that failed to load it checks again)
-        if !self.touch(key).is_some_and(|t| t.cached) {
+        if !self.touch(key).cached {
             if !self.inner.streams.contains_key(key) {
                 let st = match self.storage.get(Space::Streams, key)? {
                     Some(v) => compact::decode_stream(&v)?,
@@ -92,9 +92,7 @@ impl<'a> Txn<'a> {
                 };
                 self.inner.streams.insert(key.to_vec(), st);
             }
-            if let Some(t) = self.touch(key) {
-                t.cached = true;
-            }
+            self.touch(key).cached = true;
         }
         self.inner
             .streams
@@ -107,16 +105,14 @@ impl<'a> Txn<'a> {
 
     /// The stream's state for changing: marked to be written.
     pub fn stream_mut(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
-        if let Some(t) = self.touch(key) {
-            t.dirty = true;
-        }
+        self.touch(key).dirty = true;
         self.stream(key)
     }
 
     /// The unit's entry for stream `key`, made on its first touch.
-    fn touch(&mut self, key: &[u8]) -> Option<&mut Touched> {
-        match self.touched_streams.iter().position(|t| t.key == key) {
-            Some(at) => self.touched_streams.get_mut(at),
+    fn touch(&mut self, key: &[u8]) -> &mut Touched {
+        let at = match self.touched_streams.iter().position(|t| t.key == key) {
+            Some(at) => at,
             None => {
                 // a stream the indexes hold is live, and live streams are cached (`Inner`):
                 // its cached flags are its index entries
@@ -131,9 +127,10 @@ impl<'a> Txn<'a> {
                     dirty: false,
                     cached: false,
                 });
-                self.touched_streams.last_mut()
+                self.touched_streams.len() - 1
             }
-        }
+        };
+        &mut self.touched_streams[at]
     }
 
     /// Loads a message into the cache, without its argument text (see [`Txn::hold_text`]).
