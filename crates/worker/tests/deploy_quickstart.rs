@@ -3,9 +3,17 @@
 //! completed events, then stops what it started and only that. Never on the shared port 4222:
 //! each test points it at its own port.
 //!
-//! One test lets the script build the binary with cargo as on a fresh checkout (into its own
-//! target dir, `target/quickstart-build`), the others hand it the binary under test; it picks
-//! a free /metrics port; the tests take turns so two scripts never race for the same port.
+//! One test lets the script build the binary with cargo as a user in this checkout would, the
+//! others hand it the binary under test; it picks a free /metrics port; the tests take turns so
+//! two scripts never race for the same port.
+//!
+//! The build shares the workspace's target dir, so it compiles only what the shipped build
+//! needs beyond the test build (24 s instead of ~200 s for a build from nothing, 2026-11-27).
+//! It replaces `target/debug/toolstream`, the binary under test (built with the test-only
+//! `failpoints` feature), with the shipped build, which refuses the failpoints the crash tests
+//! arm: nextest runs that test alone (`.config/nextest.toml`, `threads-required`), `cargo
+//! test` runs one test binary at a time, and [`PutBack`] restores the binary under test
+//! before the test ends, also when it fails.
 
 // A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -32,18 +40,46 @@ fn run_quickstart(port: u16, build: bool) -> Output {
         .env("QUICKSTART_NATS_PORT", port.to_string())
         .env("QUICKSTART_TIMEOUT", "60");
     if build {
-        // Its own target dir: the binary under test (`CARGO_BIN_EXE_toolstream`) is built with
-        // the test-only `failpoints` feature, and a plain `cargo build -p toolstream` into the
-        // same target dir would replace it mid-run with the shipped build, which refuses the
-        // failpoints the crash tests after this one arm.
-        let target =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/quickstart-build");
-        cmd.env_remove("QUICKSTART_BIN")
-            .env("CARGO_TARGET_DIR", target);
-    } else {
-        cmd.env("QUICKSTART_BIN", env!("CARGO_BIN_EXE_toolstream"));
+        let _put_back = PutBack::save();
+        cmd.env_remove("QUICKSTART_BIN");
+        return cmd.output().expect("run scripts/quickstart.sh");
     }
-    cmd.output().expect("run scripts/quickstart.sh")
+    cmd.env("QUICKSTART_BIN", env!("CARGO_BIN_EXE_toolstream"))
+        .output()
+        .expect("run scripts/quickstart.sh")
+}
+
+/// A copy of the binary under test, renamed back over it when dropped: the script's `cargo
+/// build -p toolstream` replaces it with the shipped build.
+struct PutBack {
+    bin: PathBuf,
+    saved: PathBuf,
+}
+
+impl PutBack {
+    fn save() -> PutBack {
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_toolstream"));
+        let saved = bin.with_file_name(format!(".toolstream-under-test.{}", std::process::id()));
+        std::fs::copy(&bin, &saved).expect("copy the binary under test aside");
+        PutBack { bin, saved }
+    }
+}
+
+impl Drop for PutBack {
+    fn drop(&mut self) {
+        // (a rename: a test starting meanwhile finds the old file or the new, never half)
+        if let Err(e) = std::fs::rename(&self.saved, &self.bin) {
+            let why = format!(
+                "could not put the binary under test back from {}: {e}",
+                self.saved.display()
+            );
+            // (a panic while the test already panics would abort the test binary)
+            match std::thread::panicking() {
+                true => eprintln!("{why}"),
+                false => panic!("{why}"),
+            }
+        }
+    }
 }
 
 /// The event lines it printed, as JSON.
