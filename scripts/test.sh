@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '==> %s\n' "$*" >&2; }
+log() { printf '==> [%4d s] %s\n' "$SECONDS" "$*" >&2; }
 die() { printf 'test.sh: %s\n' "$*" >&2; exit 1; }
 
 # apt_install WHAT PACKAGE...: installs PACKAGEs from the system packages (as root, or with
@@ -110,3 +110,4 @@ fi
 
 log "doc tests"
 cargo test --workspace --doc
+log "done: formatting, both clippy runs, every test and the doc tests passed"
