@@ -330,3 +330,37 @@ async fn an_r1_stream_on_a_cluster_stops_an_r3_worker_naming_num_replicas() {
         "left untouched"
     );
 }
+
+/// The static store opens beside connecting and provisioning (start-up time): a second worker
+/// on a data directory in use is still refused, naming the directory, with a server and
+/// without one. Without a server provisioning waits for ever, so an exit on its own there
+/// shows the store's failure ended the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_worker_on_a_data_dir_in_use_is_refused_with_or_without_a_server() {
+    let server = NatsServer::start().expect("nats-server");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let first = Worker::start(&server.url(), &store, &[]);
+    first.wait_ready();
+
+    // (the same directory by another name: the harness keeps each name's log beside it)
+    let alias = dir.path().join("alias");
+    std::os::unix::fs::symlink(&store, &alias).unwrap();
+    let nobody = format!("nats://127.0.0.1:{}", toolstream_testkit::free_port());
+    for url in [server.url(), nobody] {
+        let mut second = Worker::start(&url, &alias, &[]);
+        let exit = second.wait_exit(Duration::from_secs(60));
+        let log = second.log();
+        assert_eq!(exit, Some(false), "refused with a failure ({url}):\n{log}");
+        assert!(
+            log.contains("each worker needs its own --data-dir"),
+            "({url}):\n{log}"
+        );
+        assert!(!log.contains("JetStream ready"), "({url}):\n{log}");
+    }
+    assert!(
+        first.is_ready(),
+        "the first worker runs on:\n{}",
+        first.log()
+    );
+}

@@ -143,11 +143,18 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
             )
         })?;
 
-    // A static partition's store is opened before anything else: a second worker on the same
-    // directory is refused at once, with or without a server. (Leased partitions open theirs
-    // when their lease is acquired.)
-    let static_store = match config.consumer.assignment {
-        Assignment::Static => Some(engine::open_store(&config, &config.store_dir()).await?),
+    // A static partition's store opens while the client connects and provisions: sled's open
+    // and the server's round trips overlap (about 4 ms each at a start). A store that cannot
+    // open (a second worker on the same directory) still refuses the start at once, with or
+    // without a server, and its error comes first. (Leased partitions open theirs when their
+    // lease is acquired.)
+    let opening = match config.consumer.assignment {
+        Assignment::Static => {
+            let config = config.clone();
+            Some(tokio::spawn(async move {
+                engine::open_store(&config, &config.store_dir()).await
+            }))
+        }
         Assignment::Leases => None,
     };
     let running = Arc::new(Running::default());
@@ -175,17 +182,35 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
             }
             _ => {}
         });
-    let client = crate::nats::connect::connect(&config, &client_name, Some(hook)).await?;
+    let client = match crate::nats::connect::connect(&config, &client_name, Some(hook)).await {
+        Ok(client) => client,
+        Err(e) => {
+            if let Some(opening) = opening {
+                opened(opening.await)?;
+            }
+            return Err(e);
+        }
+    };
     if client.connection_state() == async_nats::connection::State::Connected {
         health.set_nats_connected(true);
     }
     let js = jetstream::new(client.clone());
     tracing::info!(url = %config.nats_url, "NATS client started");
 
-    let Some(consumers) =
-        ready::provision_until_ready(&client, &connected, &js, &config, &subjects, &mut shutdown)
-            .await?
-    else {
+    let provisioning =
+        ready::provision_until_ready(&client, &connected, &js, &config, &subjects, &mut shutdown);
+    let (static_store, provisioned) = match opening {
+        None => (None, provisioning.await),
+        Some(mut opening) => {
+            tokio::pin!(provisioning);
+            tokio::select! {
+                // (a store that failed ends the wait for the server)
+                store = &mut opening => (Some(opened(store)?), provisioning.await),
+                provisioned = &mut provisioning => (Some(opened(opening.await)?), provisioned),
+            }
+        }
+    };
+    let Some(consumers) = provisioned? else {
         tracing::info!("shutdown before provisioning finished");
         return Ok(ExitCode::SUCCESS);
     };
@@ -206,15 +231,22 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     say_when_events_go_by_reference(&client, &config);
 
     // Events, dead-letter bodies and query replies larger than max_payload go to this bucket.
-    // Created here; if that fails now, the relay and the query service retry on first need.
+    // Opened (created when missing) beside the start, not before it: a relay or query that
+    // needs it first waits for the same attempt, and if that fails they retry on first need.
     let payloads =
         sink::payloads::Payloads::new(js.clone(), sink::payloads::BUCKET, config.streams.replicas);
-    match payloads.bucket().await {
-        Ok(_) => tracing::info!(bucket = %payloads.bucket_name(), "payload bucket ready"),
-        Err(e) => {
-            tracing::warn!(error = %e, "payload bucket not available yet; retried when needed")
+    tokio::spawn({
+        let payloads = payloads.clone();
+        async move {
+            match payloads.bucket().await {
+                Ok(_) => tracing::info!(bucket = %payloads.bucket_name(), "payload bucket ready"),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "payload bucket not available yet; retried when needed"
+                ),
+            }
         }
-    }
+    });
 
     // The HTTP API for UIs reads the events stream and asks the query service; it never
     // touches the store or the consume loop.
@@ -309,6 +341,13 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The static store from its opening task.
+fn opened(
+    joined: Result<anyhow::Result<Arc<assembler::Store>>, tokio::task::JoinError>,
+) -> anyhow::Result<Arc<assembler::Store>> {
+    joined.context("open the store")?
 }
 
 /// Completes when an engine's consume loop ended without being asked to (a failure).
