@@ -69,6 +69,13 @@ struct Args {
     /// Where perf.json and latency.svg go.
     #[arg(long, default_value = "target/perf")]
     out: PathBuf,
+    /// Only start to healthy, on each --server: this build and every --compare build, one
+    /// start of each in turn, --starts times (no drains, no latency runs, no files written).
+    #[arg(long)]
+    startup_only: bool,
+    /// Starts measured per build with --startup-only (each after a first that provisions).
+    #[arg(long, default_value_t = 21)]
+    starts: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -111,6 +118,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|s| server_bin(s))
         .collect::<anyhow::Result<_>>()?;
+    if args.startup_only {
+        let builds: Vec<(String, PathBuf)> = contenders
+            .iter()
+            .filter_map(|c| match c {
+                Contender::Worker { label, bin } => Some((label.clone(), bin.clone())),
+                _ => None,
+            })
+            .collect();
+        for server in &servers {
+            let taken = startups(server, &builds, args.starts, &args.worker_args).await?;
+            for ((label, _), ms) in builds.iter().zip(taken) {
+                println!(
+                    "{:<8} {label:<16} start to healthy: median {:.1} ms, min {:.1}, max {:.1} ({} starts)",
+                    server.version,
+                    report::median(ms.clone()).unwrap_or(0.0),
+                    ms.iter().copied().fold(f64::INFINITY, f64::min),
+                    ms.iter().copied().fold(0.0, f64::max),
+                    ms.len()
+                );
+            }
+        }
+        return Ok(());
+    }
     std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
 
     let mut rows: Vec<DrainRow> = Vec::new();
@@ -273,20 +303,39 @@ async fn startup(
     bin: &std::path::Path,
     extra: &[String],
 ) -> anyhow::Result<Vec<f64>> {
+    let build = [(String::new(), bin.to_path_buf())];
+    let mut taken = startups(server, &build, 5, extra).await?;
+    Ok(taken.pop().unwrap_or_default())
+}
+
+/// `starts` starts of each build on one provisioned server, one of each in turn (each build
+/// with its own data directory), time to a 200 from `/healthz` (polled every millisecond), in
+/// ms, per build.
+async fn startups(
+    server: &ServerBin,
+    builds: &[(String, PathBuf)],
+    starts: usize,
+    extra: &[String],
+) -> anyhow::Result<Vec<Vec<f64>>> {
     let server =
         toolstream_testkit::NatsServer::start_with(server).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let dir = tempfile::tempdir().context("temp dir")?;
-    let mut out = Vec::new();
-    for i in 0..6 {
-        let t0 = Instant::now();
-        let mut w = worker::Worker::start(bin, &server.url(), dir.path(), extra)?;
-        w.wait_healthy_every(Duration::from_secs(30), Duration::from_millis(1))
-            .await?;
-        let took = t0.elapsed();
-        w.stop(Duration::from_secs(20)).await;
-        // the first start provisions; the others find everything in place
-        if i > 0 {
-            out.push(took.as_secs_f64() * 1e3);
+    let dirs = builds
+        .iter()
+        .map(|_| tempfile::tempdir().context("temp dir"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut out = vec![Vec::new(); builds.len()];
+    for i in 0..=starts {
+        for (((_, bin), dir), taken) in builds.iter().zip(&dirs).zip(&mut out) {
+            let t0 = Instant::now();
+            let mut w = worker::Worker::start(bin, &server.url(), dir.path(), extra)?;
+            w.wait_healthy_every(Duration::from_secs(30), Duration::from_millis(1))
+                .await?;
+            let took = t0.elapsed();
+            w.stop(Duration::from_secs(20)).await;
+            // the first start provisions (and makes the store); the others find both in place
+            if i > 0 {
+                taken.push(took.as_secs_f64() * 1e3);
+            }
         }
     }
     Ok(out)
