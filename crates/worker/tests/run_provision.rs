@@ -329,12 +329,19 @@ async fn an_r1_stream_on_a_cluster_stops_an_r3_worker_naming_num_replicas() {
         1,
         "left untouched"
     );
+    // refused over the input stream, it creates none of the others
+    for other in ["TOOLSTREAM_EVENTS", "TOOLSTREAM_DLQ"] {
+        assert!(
+            js.get_stream(other).await.is_err(),
+            "{other} created by a refused start"
+        );
+    }
 }
 
-/// The static store opens beside connecting and provisioning (start-up time): a second worker
-/// on a data directory in use is still refused, naming the directory, with a server and
-/// without one. Without a server provisioning waits for ever, so an exit on its own there
-/// shows the store's failure ended the wait.
+/// The static store opens while the client connects (start-up time), before anything is
+/// asked of the server: a second worker on a data directory in use is refused, naming the
+/// directory, with a server (having created nothing there: here its own consumer) and
+/// without one (where provisioning would wait for ever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_worker_on_a_data_dir_in_use_is_refused_with_or_without_a_server() {
     let server = NatsServer::start().expect("nats-server");
@@ -348,7 +355,7 @@ async fn a_second_worker_on_a_data_dir_in_use_is_refused_with_or_without_a_serve
     std::os::unix::fs::symlink(&store, &alias).unwrap();
     let nobody = format!("nats://127.0.0.1:{}", toolstream_testkit::free_port());
     for url in [server.url(), nobody] {
-        let mut second = Worker::start(&url, &alias, &[]);
+        let mut second = Worker::start(&url, &alias, &["--consumer", "second"]);
         let exit = second.wait_exit(Duration::from_secs(60));
         let log = second.log();
         assert_eq!(exit, Some(false), "refused with a failure ({url}):\n{log}");
@@ -356,8 +363,13 @@ async fn a_second_worker_on_a_data_dir_in_use_is_refused_with_or_without_a_serve
             log.contains("each worker needs its own --data-dir"),
             "({url}):\n{log}"
         );
-        assert!(!log.contains("JetStream ready"), "({url}):\n{log}");
     }
+    let js = async_nats::jetstream::new(client(&server.url()).await);
+    let input = js.get_stream("TOOLSTREAM_IN").await.unwrap();
+    assert!(
+        input.consumer_info("second").await.is_err(),
+        "a refused start creates no consumer"
+    );
     assert!(
         first.is_ready(),
         "the first worker runs on:\n{}",

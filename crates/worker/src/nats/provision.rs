@@ -243,70 +243,73 @@ fn fatal_mismatch(what: &str, name: &str, mismatches: &[Mismatch]) -> ProvisionE
     ))
 }
 
-/// Creates `want` or checks the existing stream of that name.
-async fn ensure_stream(
+/// Looks the stream `name` up: `None` when the server has none of that name.
+async fn look_up_stream(
     js: &Context,
-    want: &stream::Config,
-    check_duplicates: bool,
-) -> Result<stream::Stream, ProvisionError> {
-    match js.get_stream(&want.name).await {
-        Ok(s) => {
-            // (the lookup's answer is the stream's info: no second request for it)
-            let mismatches = stream_mismatches(&s.cached_info().config, want, check_duplicates);
-            if mismatches.is_empty() {
-                Ok(s)
-            } else {
-                Err(fatal_mismatch("stream", &want.name, &mismatches))
-            }
-        }
+    name: &str,
+) -> Result<Option<stream::Stream>, ProvisionError> {
+    match js.get_stream(name).await {
+        Ok(s) => Ok(Some(s)),
         Err(e) => match e.kind() {
             GetStreamErrorKind::JetStream(js_err)
                 if js_err.error_code() == ErrorCode::STREAM_NOT_FOUND =>
             {
-                tracing::info!(stream = %want.name, subjects = ?want.subjects, "creating stream");
-                js.create_stream(want.clone())
-                    .await
-                    .map_err(|e| match e.kind() {
-                        // overlapping subjects with another stream, bad config: nothing to retry
-                        CreateStreamErrorKind::JetStream(js_err)
-                            if js_err.error_code() != ErrorCode::STREAM_NAME_EXIST =>
-                        {
-                            ProvisionError::Fatal(anyhow::anyhow!(
-                                "create stream {}: {js_err}",
-                                want.name
-                            ))
-                        }
-                        _ => ProvisionError::Transient(anyhow::anyhow!(
-                            "create stream {}: {e}",
-                            want.name
-                        )),
-                    })
+                Ok(None)
             }
             _ => Err(ProvisionError::Transient(anyhow::anyhow!(
-                "look up stream {}: {e}",
-                want.name
+                "look up stream {name}: {e}"
             ))),
         },
     }
 }
 
-/// Creates or checks the three streams, all three at once (one round trip at start instead
-/// of three); returns the input stream. A failure is reported as the one-after-the-other
-/// order would: the input stream's first, then the events', then the dead letters'.
+/// Checks the stream a lookup found against `want`, or creates it when the lookup found none.
+async fn ensure_stream(
+    js: &Context,
+    want: &stream::Config,
+    check_duplicates: bool,
+    found: Result<Option<stream::Stream>, ProvisionError>,
+) -> Result<stream::Stream, ProvisionError> {
+    if let Some(s) = found? {
+        // (the lookup's answer is the stream's info: no second request for it)
+        let mismatches = stream_mismatches(&s.cached_info().config, want, check_duplicates);
+        return match mismatches.is_empty() {
+            true => Ok(s),
+            false => Err(fatal_mismatch("stream", &want.name, &mismatches)),
+        };
+    }
+    tracing::info!(stream = %want.name, subjects = ?want.subjects, "creating stream");
+    js.create_stream(want.clone())
+        .await
+        .map_err(|e| match e.kind() {
+            // overlapping subjects with another stream, bad config: nothing to retry
+            CreateStreamErrorKind::JetStream(js_err)
+                if js_err.error_code() != ErrorCode::STREAM_NAME_EXIST =>
+            {
+                ProvisionError::Fatal(anyhow::anyhow!("create stream {}: {js_err}", want.name))
+            }
+            _ => ProvisionError::Transient(anyhow::anyhow!("create stream {}: {e}", want.name)),
+        })
+}
+
+/// Creates or checks the three streams; returns the input stream. The three lookups go out
+/// at once (one round trip at a start that finds them in place, instead of three); then each
+/// is checked or created in turn, input, events, dead letters, and the first failure stops
+/// it: a start refused over one stream creates none after it.
 pub async fn provision_streams(
     js: &Context,
     config: &Config,
     subjects: &Subjects,
 ) -> Result<stream::Stream, ProvisionError> {
     let [input, events, dlq] = desired_streams(config, subjects);
-    let (input_stream, events, dlq) = tokio::join!(
-        ensure_stream(js, &input, false),
-        ensure_stream(js, &events, true),
-        ensure_stream(js, &dlq, false),
+    let (found_input, found_events, found_dlq) = tokio::join!(
+        look_up_stream(js, &input.name),
+        look_up_stream(js, &events.name),
+        look_up_stream(js, &dlq.name),
     );
-    let input_stream = input_stream?;
-    events?;
-    dlq?;
+    let input_stream = ensure_stream(js, &input, false, found_input).await?;
+    ensure_stream(js, &events, true, found_events).await?;
+    ensure_stream(js, &dlq, false, found_dlq).await?;
     Ok(input_stream)
 }
 

@@ -143,11 +143,11 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
             )
         })?;
 
-    // A static partition's store opens while the client connects and provisions: sled's open
-    // and the server's round trips overlap (about 4 ms each at a start). A store that cannot
-    // open (a second worker on the same directory) still refuses the start at once, with or
-    // without a server, and its error comes first. (Leased partitions open theirs when their
-    // lease is acquired.)
+    // A static partition's store opens while the client connects (sled's open and the
+    // connection's round trips overlap, a few ms each at a start), and before anything is
+    // asked of the server: a store that cannot open (a second worker on the same directory)
+    // refuses the start at once, with or without a server, its error first, having changed
+    // nothing there. (Leased partitions open theirs when their lease is acquired.)
     let opening = match config.consumer.assignment {
         Assignment::Static => {
             let config = config.clone();
@@ -197,20 +197,15 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let js = jetstream::new(client.clone());
     tracing::info!(url = %config.nats_url, "NATS client started");
 
-    let provisioning =
-        ready::provision_until_ready(&client, &connected, &js, &config, &subjects, &mut shutdown);
-    let (static_store, provisioned) = match opening {
-        None => (None, provisioning.await),
-        Some(mut opening) => {
-            tokio::pin!(provisioning);
-            tokio::select! {
-                // (a store that failed ends the wait for the server)
-                store = &mut opening => (Some(opened(store)?), provisioning.await),
-                provisioned = &mut provisioning => (Some(opened(opening.await)?), provisioned),
-            }
-        }
+    // (the client connects in the background meanwhile: `connect` does not wait for it)
+    let static_store = match opening {
+        Some(opening) => Some(opened(opening.await)?),
+        None => None,
     };
-    let Some(consumers) = provisioned? else {
+    let Some(consumers) =
+        ready::provision_until_ready(&client, &connected, &js, &config, &subjects, &mut shutdown)
+            .await?
+    else {
         tracing::info!("shutdown before provisioning finished");
         return Ok(ExitCode::SUCCESS);
     };
