@@ -8,12 +8,13 @@
 //! two scripts never race for the same port.
 //!
 //! The build shares the workspace's target dir, so it compiles only what the shipped build
-//! needs beyond the test build (24 s instead of ~200 s for a build from nothing, 2026-11-27).
-//! It replaces `target/debug/toolstream`, the binary under test (built with the test-only
-//! `failpoints` feature), with the shipped build, which refuses the failpoints the crash tests
-//! arm: nextest runs that test alone (`.config/nextest.toml`, `threads-required`), `cargo
-//! test` runs one test binary at a time, and [`PutBack`] restores the binary under test
-//! before the test ends, also when it fails.
+//! needs beyond the test build (24 s instead of ~200 s for a build from nothing, 2026-11-27),
+//! with cargo's variables for this test process removed (they would make later builds
+//! recompile). It replaces `target/debug/toolstream`, the binary under test (built with the
+//! test-only `failpoints` feature), with the shipped build, which refuses the failpoints the
+//! crash tests arm: nextest runs that test alone (`.config/nextest.toml`, `threads-required`;
+//! the test checks the override names it), `cargo test` runs one test binary at a time, and
+//! [`PutBack`] restores the binary under test before the test ends, also when it fails.
 
 // A test: a panic is its failure (the workspace denies unwrap/expect in runtime code only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -42,6 +43,15 @@ fn run_quickstart(port: u16, build: bool) -> Output {
     if build {
         let _put_back = PutBack::save();
         cmd.env_remove("QUICKSTART_BIN");
+        // Cargo's variables for this test process (CARGO_MANIFEST_DIR, CARGO_PKG_*, ...) are
+        // not the user's: build scripts that watch them (ring's) would run again and rebuild
+        // their crate for every later build in this target dir.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if CARGO_SET_FOR_TESTS.iter().any(|p| name.starts_with(p)) {
+                cmd.env_remove(&*name);
+            }
+        }
         return cmd.output().expect("run scripts/quickstart.sh");
     }
     cmd.env("QUICKSTART_BIN", env!("CARGO_BIN_EXE_toolstream"))
@@ -49,17 +59,45 @@ fn run_quickstart(port: u16, build: bool) -> Output {
         .expect("run scripts/quickstart.sh")
 }
 
+/// The variables cargo sets for a test process (by prefix; `CARGO` alone is the cargo that
+/// built it), none of which a user's shell has.
+const CARGO_SET_FOR_TESTS: &[&str] = &[
+    "CARGO_MANIFEST_",
+    "CARGO_PKG_",
+    "CARGO_CRATE_",
+    "CARGO_BIN_",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+];
+
 /// A copy of the binary under test, renamed back over it when dropped: the script's `cargo
-/// build -p toolstream` replaces it with the shipped build.
+/// build -p toolstream` replaces it with the shipped build. (A test killed meanwhile leaves
+/// the shipped build in place until cargo's next build of the tests links the test build
+/// again; the crash tests of that run then fail, saying failpoints are refused.)
 struct PutBack {
     bin: PathBuf,
     saved: PathBuf,
 }
 
+const SAVED_PREFIX: &str = ".toolstream-under-test.";
+
 impl PutBack {
     fn save() -> PutBack {
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_toolstream"));
-        let saved = bin.with_file_name(format!(".toolstream-under-test.{}", std::process::id()));
+        // copies left by a killed run
+        if let Some(Ok(entries)) = bin.parent().map(std::fs::read_dir) {
+            for entry in entries.flatten() {
+                if entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(SAVED_PREFIX)
+                {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        let saved = bin.with_file_name(format!("{SAVED_PREFIX}{}", std::process::id()));
         std::fs::copy(&bin, &saved).expect("copy the binary under test aside");
         PutBack { bin, saved }
     }
@@ -122,6 +160,22 @@ fn listening(port: u16) -> bool {
 #[test]
 fn quickstart_starts_its_own_server_shows_the_events_and_stops_it() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    // Under nextest this test must run alone (it replaces the binary the others run): the
+    // override in .config/nextest.toml names it, and a rename would silently drop that.
+    fn here() {}
+    let name = std::any::type_name_of_val(&here)
+        .trim_end_matches("::here")
+        .rsplit("::")
+        .next()
+        .unwrap();
+    let nextest = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.config/nextest.toml"),
+    )
+    .expect("read .config/nextest.toml");
+    assert!(
+        nextest.contains(&format!("test(={name})")),
+        ".config/nextest.toml must run {name} alone (threads-required)"
+    );
     let port = free_port();
     let out = run_quickstart(port, true);
     assert_sample_events(&out);
