@@ -74,8 +74,8 @@ struct Args {
     #[arg(long)]
     startup_only: bool,
     /// Starts measured per build with --startup-only (each after a first that provisions).
-    #[arg(long, default_value_t = 21)]
-    starts: usize,
+    #[arg(long, default_value_t = 21, value_parser = clap::value_parser!(u32).range(1..))]
+    starts: u32,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -127,7 +127,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             })
             .collect();
         for server in &servers {
-            let taken = startups(server, &builds, args.starts, &args.worker_args).await?;
+            let taken = startups(server, &builds, args.starts as usize, &args.worker_args).await?;
             for ((label, _), ms) in builds.iter().zip(taken) {
                 println!(
                     "{:<8} {label:<16} start to healthy: median {:.1} ms, min {:.1}, max {:.1} ({} starts)",
