@@ -59,8 +59,9 @@ fn run_quickstart(port: u16, build: bool) -> Output {
         .expect("run scripts/quickstart.sh")
 }
 
-/// The variables cargo sets for a test process (by prefix; `CARGO` alone is the cargo that
-/// built it), none of which a user's shell has.
+/// The variables cargo sets for a test process, by prefix, none of which a user's shell has
+/// (`CARGO`, the path of the cargo that built the tests, stays: cargo sets it again for what
+/// it runs).
 const CARGO_SET_FOR_TESTS: &[&str] = &[
     "CARGO_MANIFEST_",
     "CARGO_PKG_",
