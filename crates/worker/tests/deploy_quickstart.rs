@@ -33,15 +33,16 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/quickstart.sh")
 }
 
-/// Runs the script; `build` makes it build the binary with cargo as on a fresh checkout,
-/// otherwise it is handed the binary under test (`QUICKSTART_BIN`).
+/// Runs the script; `build` makes it build the binary with cargo as a user in this checkout
+/// would (the binary under test put back afterwards), otherwise it is handed the binary
+/// under test (`QUICKSTART_BIN`).
 fn run_quickstart(port: u16, build: bool) -> Output {
     let mut cmd = Command::new("bash");
     cmd.arg(script())
         .env("QUICKSTART_NATS_PORT", port.to_string())
         .env("QUICKSTART_TIMEOUT", "60");
+    let _put_back = build.then(PutBack::save);
     if build {
-        let _put_back = PutBack::save();
         cmd.env_remove("QUICKSTART_BIN");
         // Cargo's variables for this test process (CARGO_MANIFEST_DIR, CARGO_PKG_*, ...) are
         // not the user's: build scripts that watch them (ring's) would run again and rebuild
@@ -52,11 +53,10 @@ fn run_quickstart(port: u16, build: bool) -> Output {
                 cmd.env_remove(&*name);
             }
         }
-        return cmd.output().expect("run scripts/quickstart.sh");
+    } else {
+        cmd.env("QUICKSTART_BIN", env!("CARGO_BIN_EXE_toolstream"));
     }
-    cmd.env("QUICKSTART_BIN", env!("CARGO_BIN_EXE_toolstream"))
-        .output()
-        .expect("run scripts/quickstart.sh")
+    cmd.output().expect("run scripts/quickstart.sh")
 }
 
 /// The variables cargo sets for a test process, by prefix, none of which a user's shell has
