@@ -227,6 +227,89 @@ impl Subjects {
     /// `<prefix>.p.<k>.(chunks|results).<conv>.<msg>`.
     pub fn parse_input<'a>(&self, subject: &'a str) -> Result<InputSubject<'a>, Unroutable> {
         let rest = self.after_prefix(subject, "")?;
+        // At most five tokens are read (`p.<k>.<kind>.<conv>.<msg>`), into an array: every
+        // input's subject is parsed, and a `Vec` of them was an allocation per input.
+        let mut held = [""; 5];
+        let mut count = 0;
+        let mut split = rest.split('.');
+        for token in split.by_ref() {
+            if let Some(slot) = held.get_mut(count) {
+                *slot = token;
+            }
+            count += 1;
+            if count > held.len() {
+                break;
+            }
+        }
+        count += split.count();
+        let read = held.get(..count.min(held.len())).unwrap_or_default();
+        let (partition, tokens) = match read {
+            ["p", k, tail @ ..] => {
+                let k = k
+                    .parse::<u32>()
+                    .map_err(|_| Unroutable(format!("partition token {k:?} is not a number")))?;
+                (Some(k), tail)
+            }
+            all => (None, all),
+        };
+        // the tokens after the partition, with those past the array
+        let after_partition = count - (read.len() - tokens.len());
+        match tokens {
+            [kind, conv, msg] if after_partition == 3 => {
+                let kind = match *kind {
+                    "chunks" => InputKind::Chunk,
+                    "results" => InputKind::Result,
+                    other => {
+                        return Err(Unroutable(format!(
+                            "unknown input kind {other:?} (expected chunks or results)"
+                        )))
+                    }
+                };
+                if conv.is_empty() || msg.is_empty() {
+                    return Err(Unroutable(
+                        "empty conversation or message token".to_string(),
+                    ));
+                }
+                Ok(InputSubject {
+                    kind,
+                    conversation_id: conv,
+                    message_id: msg,
+                    partition,
+                })
+            }
+            _ => Err(Unroutable(format!(
+                "expected <kind>.<conversation>.<message> after the prefix, found \
+                 {after_partition} token(s)"
+            ))),
+        }
+    }
+
+    /// What follows `<prefix>.<then>` in `subject`.
+    fn after_prefix<'a>(&self, subject: &'a str, then: &str) -> Result<&'a str, Unroutable> {
+        subject
+            .strip_prefix(self.prefix.as_str())
+            .and_then(|r| r.strip_prefix('.'))
+            .and_then(|r| r.strip_prefix(then))
+            .ok_or_else(|| {
+                Unroutable(format!(
+                    "subject does not start with `{}.{then}`",
+                    self.prefix
+                ))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The parser as it was before it read tokens into an array (a `Vec` of every token).
+    fn parse_input_with_a_vec<'a>(
+        s: &Subjects,
+        subject: &'a str,
+    ) -> Result<InputSubject<'a>, Unroutable> {
+        let rest = s.after_prefix(subject, "")?;
         let tokens: Vec<&'a str> = rest.split('.').collect();
         let (partition, tokens) = match tokens.as_slice() {
             ["p", k, tail @ ..] => {
@@ -267,25 +350,36 @@ impl Subjects {
         }
     }
 
-    /// What follows `<prefix>.<then>` in `subject`.
-    fn after_prefix<'a>(&self, subject: &'a str, then: &str) -> Result<&'a str, Unroutable> {
-        subject
-            .strip_prefix(self.prefix.as_str())
-            .and_then(|r| r.strip_prefix('.'))
-            .and_then(|r| r.strip_prefix(then))
-            .ok_or_else(|| {
-                Unroutable(format!(
-                    "subject does not start with `{}.{then}`",
-                    self.prefix
-                ))
-            })
+    /// Every subject of up to 7 tokens after the prefix, from tokens that make partitions,
+    /// kinds, ids and empty tokens: the same ids, partition and error text as the `Vec`
+    /// parser, also past the five tokens the array holds.
+    #[test]
+    fn input_subjects_parse_as_the_vec_parser_did_up_to_seven_tokens() {
+        let s = Subjects::new("toolstream");
+        let pool = ["p", "3", "x", "chunks", "results", "c", ""];
+        let mut checked = 0;
+        for len in 0..=7u32 {
+            for n in 0..pool.len().pow(len) {
+                let mut tokens = Vec::new();
+                let mut rest = n;
+                for _ in 0..len {
+                    tokens.push(pool[rest % pool.len()]);
+                    rest /= pool.len();
+                }
+                let subject = match tokens.is_empty() {
+                    true => "toolstream".to_string(),
+                    false => format!("toolstream.{}", tokens.join(".")),
+                };
+                assert_eq!(
+                    s.parse_input(&subject),
+                    parse_input_with_a_vec(&s, &subject),
+                    "{subject}"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, (0..=7).map(|l| 7usize.pow(l)).sum::<usize>());
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
 
     #[test]
     fn plain_and_partitioned_subjects_parse_to_the_same_ids() {
