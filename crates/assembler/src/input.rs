@@ -56,8 +56,9 @@ pub struct Input<'a> {
     pub control: Option<Control>,
     /// The raw provider chunk or result message.
     pub body: &'a [u8],
-    /// Original subject and stream sequence, copied onto a dead letter.
-    pub origin: Option<Origin>,
+    /// Original subject and stream sequence, copied onto a dead letter (borrowed: only a
+    /// dead letter or a parked or pending input keeps a copy).
+    pub origin: Option<&'a Origin>,
 }
 
 /// What [`crate::Store::apply`] did with an input. Every variant is final for that input:

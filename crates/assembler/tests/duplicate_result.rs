@@ -33,10 +33,14 @@ fn chunk_of<'a>(provider: Provider, msg: &'a str, seq: u64, body: &'a [u8]) -> I
     }
 }
 
-/// A producer result on `results.c.tools`, unnumbered (as `toolstream publish` sends them),
-/// with the origin a real input has.
-fn producer_result(stream_seq: u64, body: &[u8]) -> Input<'_> {
-    Input {
+/// Applies a producer result on `results.c.tools` at `now`, unnumbered (as `toolstream
+/// publish` sends them), with the origin a real input has.
+fn apply_producer_result(store: &Store, stream_seq: u64, body: &[u8], now: u64) -> Applied {
+    let origin = Origin {
+        subject: "toolstream.results.c.tools".into(),
+        stream_seq,
+    };
+    let input = Input {
         kind: InputKind::Result,
         conversation_id: "c",
         message_id: "tools",
@@ -44,11 +48,9 @@ fn producer_result(stream_seq: u64, body: &[u8]) -> Input<'_> {
         seq: Seq::Transport(stream_seq),
         control: None,
         body,
-        origin: Some(Origin {
-            subject: "toolstream.results.c.tools".into(),
-            stream_seq,
-        }),
-    }
+        origin: Some(&origin),
+    };
+    store.apply(&input, now).unwrap()
 }
 
 fn whole(id: &str, output: &str) -> Vec<u8> {
@@ -116,11 +118,11 @@ fn regression_a_second_result_for_an_answered_call_is_a_duplicate_result_dead_le
             .unwrap();
     }
     let first = whole("call_a", "18 degrees");
-    let applied = store.apply(&producer_result(10, &first), 2).unwrap();
+    let applied = apply_producer_result(&store, 10, &first, 2);
     assert!(matches!(applied, Applied::Accepted { .. }), "{applied:?}");
 
     let second = whole("call_a", "19 degrees");
-    let applied = store.apply(&producer_result(11, &second), 3).unwrap();
+    let applied = apply_producer_result(&store, 11, &second, 3);
     assert!(is_dead(
         &applied,
         "duplicate_result: call call_a already has a result"
@@ -133,9 +135,7 @@ fn regression_a_second_result_for_an_answered_call_is_a_duplicate_result_dead_le
         {"tool_call_id": "call_a", "output": "20 degrees", "is_error": true}
     ])
     .to_string();
-    let applied = store
-        .apply(&producer_result(12, both.as_bytes()), 4)
-        .unwrap();
+    let applied = apply_producer_result(&store, 12, both.as_bytes(), 4);
     assert!(matches!(applied, Applied::Accepted { .. }), "{applied:?}");
 
     let evs = events(&store);
@@ -215,7 +215,7 @@ fn a_streamed_result_under_way_keeps_its_call_against_a_later_whole_one() {
     ));
     // another producer's whole result, and a piece of another message's stream: neither joins
     let other = whole("call_a", "cold");
-    let applied = store.apply(&producer_result(20, &other), 3).unwrap();
+    let applied = apply_producer_result(&store, 20, &other, 3);
     assert!(is_dead(
         &applied,
         "duplicate_result: a streamed result for call call_a is under way"
@@ -294,7 +294,7 @@ fn a_producer_result_for_a_call_of_an_open_anthropic_message_waits_for_its_end_a
             .unwrap();
     }
     let r = whole(CLIENT_CALL, "added tokio 1.47.1");
-    let _ = store.apply(&producer_result(1, &r), 2).unwrap();
+    let _ = apply_producer_result(&store, 1, &r, 2);
     assert!(
         !result_events(&events(&store))
             .iter()
@@ -349,9 +349,8 @@ impl Race {
         for (k, is_result) in order.iter().enumerate() {
             if *is_result {
                 if k >= from {
-                    let _ = store
-                        .apply(&producer_result(100 + r as u64, &self.results[r]), k as u64)
-                        .unwrap();
+                    let _ =
+                        apply_producer_result(store, 100 + r as u64, &self.results[r], k as u64);
                 }
                 r += 1;
             } else {
@@ -474,8 +473,8 @@ fn two_producer_results_of_an_openai_call_the_first_taken_stands_whatever_the_ch
     let store = Store::open_memory(Config::default()).unwrap();
     let a = whole("call_1", "one");
     let b = whole("call_1", "two");
-    let _ = store.apply(&producer_result(1, &a), 0).unwrap();
-    let applied = store.apply(&producer_result(2, &b), 0).unwrap();
+    let _ = apply_producer_result(&store, 1, &a, 0);
+    let applied = apply_producer_result(&store, 2, &b, 0);
     assert!(is_dead(
         &applied,
         "duplicate_result: call call_1 already has a result (the first one stands)"

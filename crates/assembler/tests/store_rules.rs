@@ -109,11 +109,12 @@ fn an_undecodable_chunk_in_the_middle_of_a_call_ends_it_lost_chunk_never_complet
     let s = store();
     let b = two_call_stream();
     let _ = s.apply(&chunk("c", "m", 0, &b[0]), 0).unwrap();
-    let mut bad = chunk("c", "m", 1, b"{not json");
-    bad.origin = Some(Origin {
+    let origin = Origin {
         subject: "toolstream.chunks.c.m".into(),
         stream_seq: 42,
-    });
+    };
+    let mut bad = chunk("c", "m", 1, b"{not json");
+    bad.origin = Some(&origin);
     let verdict = s.apply(&bad, 0).unwrap();
     assert!(
         matches!(&verdict, Applied::DeadLettered { reason } if reason.starts_with("decode_error"))

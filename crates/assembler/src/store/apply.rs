@@ -62,7 +62,7 @@ fn admit(
         seq: input.seq,
         control: input.control.as_ref(),
         body: input.body,
-        origin: input.origin.as_ref(),
+        origin: input.origin,
     };
     // Timeouts that ran out by this input's publish time come first, as a tick would have
     // applied them (`store::tick::expire_due`).
@@ -133,7 +133,7 @@ fn admit(
                 header: ParkedHeader {
                     provider: input.provider,
                     control: input.control.clone(),
-                    origin: input.origin.clone(),
+                    origin: input.origin.cloned(),
                 },
                 body: input.body.to_vec(),
             };

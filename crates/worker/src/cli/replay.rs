@@ -261,7 +261,7 @@ fn replay_inputs(
             if !args.timeline || failed.is_some() {
                 return;
             }
-            let key = format!("{}.{}", parsed.conversation_id, parsed.message_id);
+            let key = format!("{}.{}", parsed.conversation_id(), parsed.message_id());
             if let Some(p) = parsed.provider {
                 providers.insert(key.clone(), p);
             }

@@ -63,8 +63,8 @@ pub(super) fn apply_inputs<'i>(
     for input in inputs {
         let span = tracing::debug_span!(
             "apply",
-            conversation_id = %input.conversation_id,
-            message_id = %input.message_id,
+            conversation_id = %input.conversation_id(),
+            message_id = %input.message_id(),
             stream_seq = input.origin.stream_seq
         );
         let _guard = span.enter();

@@ -450,8 +450,8 @@ impl ConsumeLoop {
             Ok(Applied::DeadLettered { reason }) => {
                 Metrics::add(&m.dead_letters, 1);
                 tracing::warn!(
-                    conversation_id = %input.conversation_id,
-                    message_id = %input.message_id,
+                    conversation_id = %input.conversation_id(),
+                    message_id = %input.message_id(),
                     subject = %input.origin.subject,
                     stream_seq = input.origin.stream_seq,
                     reason = %crate::run::redact::reason_code(reason),
@@ -461,8 +461,8 @@ impl ConsumeLoop {
             Err(e) => {
                 Metrics::add(&m.store_errors, 1);
                 tracing::error!(
-                    conversation_id = %input.conversation_id,
-                    message_id = %input.message_id,
+                    conversation_id = %input.conversation_id(),
+                    message_id = %input.message_id(),
                     error = %e,
                     "storage error; input will be redelivered"
                 );

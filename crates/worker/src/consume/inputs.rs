@@ -7,16 +7,20 @@ use bytes::Bytes;
 use chunk_model::wire::Subjects;
 use chunk_model::wire::{headers, DeadLetterCode};
 use chunk_model::Provider;
+use std::ops::Range;
 
 /// One input message, owned, ready to be lent to [`Store::apply`] as an [`Input`].
+///
+/// The conversation and message ids are ranges of the subject it keeps (in `origin`), so an
+/// input costs one copy of its subject, not three, and lending it copies nothing.
 #[derive(Debug, Clone)]
 pub struct OwnedInput {
     /// Chunk or result.
     pub kind: InputKind,
-    /// `<conv>` token.
-    pub conversation_id: String,
-    /// `<msg>` token.
-    pub message_id: String,
+    /// Where the `<conv>` token lies in `origin.subject`.
+    conversation: Range<usize>,
+    /// Where the `<msg>` token lies in `origin.subject`.
+    message: Range<usize>,
     /// Parsed `Toolstream-Provider`.
     pub provider: Option<Provider>,
     /// Producer or transport sequence.
@@ -36,19 +40,41 @@ pub struct OwnedInput {
 }
 
 impl OwnedInput {
+    /// The `<conv>` token of its subject.
+    pub fn conversation_id(&self) -> &str {
+        self.origin
+            .subject
+            .get(self.conversation.clone())
+            .unwrap_or_default()
+    }
+
+    /// The `<msg>` token of its subject.
+    pub fn message_id(&self) -> &str {
+        self.origin
+            .subject
+            .get(self.message.clone())
+            .unwrap_or_default()
+    }
+
     /// Borrowed view for the store.
     pub fn as_input(&self) -> Input<'_> {
         Input {
             kind: self.kind,
-            conversation_id: &self.conversation_id,
-            message_id: &self.message_id,
+            conversation_id: self.conversation_id(),
+            message_id: self.message_id(),
             provider: self.provider,
             seq: self.seq,
             control: self.control.clone(),
             body: &self.body,
-            origin: Some(self.origin.clone()),
+            origin: Some(&self.origin),
         }
     }
+}
+
+/// Where `token`, a slice of `whole`, lies in it.
+fn range_in(whole: &str, token: &str) -> Range<usize> {
+    let start = (token.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize);
+    start..start + token.len()
 }
 
 /// A message that must go straight to the dead-letter subject.
@@ -145,8 +171,8 @@ pub fn parse_message(
     };
     Ok(OwnedInput {
         kind: parsed.kind,
-        conversation_id: parsed.conversation_id.to_string(),
-        message_id: parsed.message_id.to_string(),
+        conversation: range_in(subject, parsed.conversation_id),
+        message: range_in(subject, parsed.message_id),
         provider,
         seq,
         control,
@@ -183,10 +209,28 @@ mod tests {
         assert_eq!(i.seq, Seq::Producer(7));
         assert_eq!(i.control, None);
         assert_eq!(i.origin.stream_seq, 42);
+        assert_eq!((i.conversation_id(), i.message_id()), ("c", "m"));
+        assert_eq!(i.origin.subject, "toolstream.chunks.c.m");
+    }
+
+    #[test]
+    fn the_ids_of_a_partitioned_subject_are_its_last_two_tokens_and_lend_as_they_read() {
+        let body = Bytes::from_static(b"{}");
+        let subject = "toolstream.p.3.results.conv-7.msg.x";
+        assert!(parse_message(&subjects(), subject, None, &body, 5, 0).is_err());
+        let subject = "toolstream.p.3.results.conv-7.msg-9";
+        let i = parse_message(&subjects(), subject, None, &body, 5, 0).unwrap();
+        assert_eq!((i.conversation_id(), i.message_id()), ("conv-7", "msg-9"));
+        let lent = i.as_input();
+        assert_eq!((lent.conversation_id, lent.message_id), ("conv-7", "msg-9"));
+        assert_eq!(lent.origin, Some(&i.origin));
         assert_eq!(
-            (i.conversation_id.as_str(), i.message_id.as_str()),
-            ("c", "m")
+            (i.origin.subject.as_str(), i.origin.stream_seq),
+            (subject, 5)
         );
+        let cloned = i.clone();
+        drop(i);
+        assert_eq!(cloned.message_id(), "msg-9");
     }
 
     #[test]
