@@ -29,6 +29,38 @@ pub(super) struct Work {
     parsed: Result<OwnedInput, Rejected>,
 }
 
+/// What a message's reply subject says of its delivery, read once per message (async-nats
+/// parses the whole subject, timestamp included, on every `Message::info` call).
+#[derive(Debug, Clone, Copy)]
+struct Delivery {
+    /// Its stream sequence (0 when the reply subject cannot be read).
+    stream_seq: u64,
+    /// When JetStream stored it, ms since the epoch (now when the reply subject cannot be
+    /// read).
+    published_ms: u64,
+    /// Delivered before by this consumer (a crash, a lost ack, a nak).
+    delivered_before: bool,
+}
+
+impl Delivery {
+    fn of(msg: &jetstream::Message) -> Delivery {
+        match msg.info() {
+            Ok(info) => Delivery {
+                stream_seq: info.stream_sequence,
+                published_ms: crate::consume::watermark::nanos_to_ms(
+                    info.published.unix_timestamp_nanos(),
+                ),
+                delivered_before: info.delivered > 1,
+            },
+            Err(_) => Delivery {
+                stream_seq: 0,
+                published_ms: now_ms(),
+                delivered_before: false,
+            },
+        }
+    }
+}
+
 /// A batch whose inputs are applied (committed, not yet durable), with an outcome per applied
 /// input.
 struct Staged {
@@ -50,7 +82,7 @@ impl Staged {
 #[derive(Default)]
 pub(super) struct Pipeline {
     /// Fetched, fresh, not applied yet (the next apply takes up to a batch of them).
-    fetched: Vec<jetstream::Message>,
+    fetched: Vec<(jetstream::Message, Delivery)>,
     /// The batch being applied.
     pub(super) applying: Option<JoinHandle<Applying>>,
     /// Applied after the running flush began (or with none running yet).
@@ -138,11 +170,12 @@ impl ConsumeLoop {
     /// nothing. (The server redelivers without limit: it never drops a message on its own.)
     pub(super) async fn process(&self, batch: Vec<jetstream::Message>, pipeline: &mut Pipeline) {
         for msg in batch {
-            if self.is_redelivered(&msg) {
+            let delivery = Delivery::of(&msg);
+            if self.is_redelivered(&msg, delivery) {
                 self.settle_all(pipeline).await;
-                self.process_alone(msg).await;
+                self.process_alone(msg, delivery).await;
             } else {
-                pipeline.fetched.push(msg);
+                pipeline.fetched.push((msg, delivery));
             }
         }
         if pipeline.applying.is_none() {
@@ -153,15 +186,13 @@ impl ConsumeLoop {
     /// Whether `msg` was delivered before: by this consumer (a crash, a lost ack, a nak), or, on
     /// a leased partition, to an earlier owner that never acked it
     /// ([`crate::ownership::attempts`]).
-    fn is_redelivered(&self, msg: &jetstream::Message) -> bool {
-        let Ok(info) = msg.info() else {
-            return false;
-        };
-        info.delivered > 1
-            || self
-                .attempts
-                .as_ref()
-                .is_some_and(|a| a.is_suspect(msg.subject.as_str(), info.stream_sequence))
+    fn is_redelivered(&self, msg: &jetstream::Message, delivery: Delivery) -> bool {
+        delivery.delivered_before
+            || (delivery.stream_seq > 0
+                && self
+                    .attempts
+                    .as_ref()
+                    .is_some_and(|a| a.is_suspect(msg.subject.as_str(), delivery.stream_seq)))
     }
 
     /// Starts applying up to a batch of the fetched messages on the blocking pool (one apply
@@ -173,7 +204,7 @@ impl ConsumeLoop {
             return;
         }
         let take = pipeline.fetched.len().min(self.config.batch_size.max(1));
-        let batch: Vec<jetstream::Message> = pipeline.fetched.drain(..take).collect();
+        let batch: Vec<(jetstream::Message, Delivery)> = pipeline.fetched.drain(..take).collect();
         let work = self.parse(batch);
         let store = Arc::clone(&self.store);
         pipeline.applying = Some(tokio::task::spawn_blocking(move || {
@@ -273,8 +304,8 @@ impl ConsumeLoop {
 
     /// A message delivered before: applied alone behind its durable note (in the store, or in
     /// NATS for a leased partition), flushed, settled.
-    async fn process_alone(&self, msg: jetstream::Message) {
-        let work = self.parse(vec![msg]);
+    async fn process_alone(&self, msg: jetstream::Message, delivery: Delivery) {
+        let work = self.parse(vec![(msg, delivery)]);
         let input = work.first().and_then(|w| w.parsed.as_ref().ok().cloned());
         // A static worker gives up after the stops alone that follow the stop in the input's
         // first batch; a leased partition also spent one in its takeover group
@@ -343,24 +374,16 @@ impl ConsumeLoop {
     }
 
     /// Parses every message into an assembler input (or the reason it cannot be one).
-    fn parse(&self, batch: Vec<jetstream::Message>) -> Vec<Work> {
+    fn parse(&self, batch: Vec<(jetstream::Message, Delivery)>) -> Vec<Work> {
         let mut work = Vec::with_capacity(batch.len());
-        for msg in batch {
-            let (stream_seq, published_ms) = msg
-                .info()
-                .map(|i| {
-                    let published =
-                        crate::consume::watermark::nanos_to_ms(i.published.unix_timestamp_nanos());
-                    (i.stream_sequence, published)
-                })
-                .unwrap_or_else(|_| (0, now_ms()));
+        for (msg, delivery) in batch {
             let parsed = parse_message(
                 &self.subjects,
                 msg.subject.as_str(),
                 msg.headers.as_ref(),
                 &msg.payload,
-                stream_seq,
-                published_ms,
+                delivery.stream_seq,
+                delivery.published_ms,
             );
             match parsed.as_ref().map(|p| p.kind) {
                 Ok(InputKind::Result) => Metrics::add(&self.metrics.results_in, 1),
