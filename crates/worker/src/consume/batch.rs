@@ -12,10 +12,10 @@
 //! after everything before it is settled.
 
 use super::apply::{apply_inputs, flush_store, BatchResult};
+use super::delivery::Delivery;
 use super::inputs::{parse_message, OwnedInput, Rejected};
 use super::poison::{apply_alone, apply_noted};
 use super::settle::{give_up_on_storage, Disposition};
-use super::watermark::now_ms;
 use super::ConsumeLoop;
 use crate::serve::metrics::Metrics;
 use assembler::{Applied, InputKind, StoreError};
@@ -27,38 +27,6 @@ use tokio::task::JoinHandle;
 pub(super) struct Work {
     msg: jetstream::Message,
     parsed: Result<OwnedInput, Rejected>,
-}
-
-/// What a message's reply subject says of its delivery, read once per message (async-nats
-/// parses the whole subject, timestamp included, on every `Message::info` call).
-#[derive(Debug, Clone, Copy)]
-struct Delivery {
-    /// Its stream sequence (0 when the reply subject cannot be read).
-    stream_seq: u64,
-    /// When JetStream stored it, ms since the epoch (now when the reply subject cannot be
-    /// read).
-    published_ms: u64,
-    /// Delivered before by this consumer (a crash, a lost ack, a nak).
-    delivered_before: bool,
-}
-
-impl Delivery {
-    fn of(msg: &jetstream::Message) -> Delivery {
-        match msg.info() {
-            Ok(info) => Delivery {
-                stream_seq: info.stream_sequence,
-                published_ms: crate::consume::watermark::nanos_to_ms(
-                    info.published.unix_timestamp_nanos(),
-                ),
-                delivered_before: info.delivered > 1,
-            },
-            Err(_) => Delivery {
-                stream_seq: 0,
-                published_ms: now_ms(),
-                delivered_before: false,
-            },
-        }
-    }
 }
 
 /// A batch whose inputs are applied (committed, not yet durable), with an outcome per applied

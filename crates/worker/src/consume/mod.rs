@@ -26,6 +26,7 @@
 
 mod apply;
 mod batch;
+mod delivery;
 pub(crate) mod inputs;
 #[cfg(test)]
 mod nats_tests;
