@@ -65,7 +65,7 @@ pub(super) fn apply_inputs<'i>(
             "apply",
             conversation_id = %input.conversation_id(),
             message_id = %input.message_id(),
-            stream_seq = input.origin.stream_seq
+            stream_seq = input.origin().stream_seq
         );
         let _guard = span.enter();
         let outcome = apply_with_retry(store, input);

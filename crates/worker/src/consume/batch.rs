@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 
 pub(super) struct Work {
     msg: jetstream::Message,
+    delivery: Delivery,
     parsed: Result<OwnedInput, Rejected>,
 }
 
@@ -298,7 +299,7 @@ impl ConsumeLoop {
                 run_blocking(move || apply_alone(&store, &input, give_up_after)).await
             }
             (Some(input), Some(attempts)) => {
-                let seq = input.origin.stream_seq;
+                let seq = input.origin().stream_seq;
                 let stops = match attempts.begin(seq).await {
                     Ok(stops) => stops,
                     Err(e) => {
@@ -357,7 +358,11 @@ impl ConsumeLoop {
                 Ok(InputKind::Result) => Metrics::add(&self.metrics.results_in, 1),
                 _ => Metrics::add(&self.metrics.chunks_in, 1),
             }
-            work.push(Work { msg, parsed });
+            work.push(Work {
+                msg,
+                delivery,
+                parsed,
+            });
         }
         work
     }
@@ -394,7 +399,10 @@ impl ConsumeLoop {
                     // not attempted: an earlier input of the batch hit a storage error
                     None => Disposition::NakDelay,
                 },
-                Err(rejected) => self.dead_letter_now(&w.msg, rejected).await,
+                Err(rejected) => {
+                    self.dead_letter_now(&w.msg, w.delivery.stream_seq, rejected)
+                        .await
+                }
             };
             // A message the store could not take (storage error, failed flush) is nak'd and
             // tried again. After max_deliver such failures in this process it is dead-lettered
@@ -403,7 +411,7 @@ impl ConsumeLoop {
             // left applied is acked as such. (Counted here, not by JetStream's delivery count,
             // which crashes and ack_wait expiries raise too.)
             if let Ok(input) = &w.parsed {
-                let seq = input.origin.stream_seq;
+                let seq = input.origin().stream_seq;
                 if disposition == Disposition::NakDelay {
                     let failures = self.store_failures.note(seq);
                     if i64::from(failures) >= self.config.max_deliver {
@@ -443,8 +451,8 @@ impl ConsumeLoop {
                 tracing::warn!(
                     conversation_id = %input.conversation_id(),
                     message_id = %input.message_id(),
-                    subject = %input.origin.subject,
-                    stream_seq = input.origin.stream_seq,
+                    subject = %input.origin().subject,
+                    stream_seq = input.origin().stream_seq,
                     reason = %crate::run::redact::reason_code(reason),
                     "input dead-lettered"
                 );

@@ -11,8 +11,9 @@ use std::ops::Range;
 
 /// One input message, owned, ready to be lent to [`Store::apply`] as an [`Input`].
 ///
-/// The conversation and message ids are ranges of the subject it keeps (in `origin`), so an
-/// input costs one copy of its subject, not three, and lending it copies nothing.
+/// The conversation and message ids are ranges of the subject it keeps (in its origin, read
+/// only), so an input costs one copy of its subject, not three, and lending it copies
+/// nothing.
 #[derive(Debug, Clone)]
 pub struct OwnedInput {
     /// Chunk or result.
@@ -29,8 +30,8 @@ pub struct OwnedInput {
     pub control: Option<Control>,
     /// The raw body.
     pub body: Bytes,
-    /// Subject and stream sequence.
-    pub origin: Origin,
+    /// Subject and stream sequence (private: the id ranges are ranges of this subject).
+    origin: Origin,
     /// When JetStream stored it (ms since the epoch): the input's time for the store's timers.
     pub published_ms: u64,
     /// Why its headers cannot be read (`unknown_provider`, `bad_seq`, `bad_control`), if
@@ -56,6 +57,11 @@ impl OwnedInput {
             .unwrap_or_default()
     }
 
+    /// Its subject and stream sequence.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
     /// Borrowed view for the store.
     pub fn as_input(&self) -> Input<'_> {
         Input {
@@ -71,10 +77,16 @@ impl OwnedInput {
     }
 }
 
-/// Where `token`, a slice of `whole`, lies in it.
-fn range_in(whole: &str, token: &str) -> Range<usize> {
-    let start = (token.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize);
-    start..start + token.len()
+/// Where the last two tokens of `subject`, `conversation` and `message` (an input subject
+/// ends `.<conv>.<msg>`), lie in it.
+fn id_ranges(subject: &str, conversation: &str, message: &str) -> (Range<usize>, Range<usize>) {
+    let message_start = subject.len().saturating_sub(message.len());
+    let conversation_end = message_start.saturating_sub(1);
+    let conversation_start = conversation_end.saturating_sub(conversation.len());
+    (
+        conversation_start..conversation_end,
+        message_start..subject.len(),
+    )
 }
 
 /// A message that must go straight to the dead-letter subject.
@@ -169,10 +181,11 @@ pub fn parse_message(
             None
         }
     };
+    let (conversation, message) = id_ranges(subject, parsed.conversation_id, parsed.message_id);
     Ok(OwnedInput {
         kind: parsed.kind,
-        conversation: range_in(subject, parsed.conversation_id),
-        message: range_in(subject, parsed.message_id),
+        conversation,
+        message,
         provider,
         seq,
         control,
@@ -208,9 +221,9 @@ mod tests {
         assert_eq!(i.provider, Some(Provider::OpenaiChat));
         assert_eq!(i.seq, Seq::Producer(7));
         assert_eq!(i.control, None);
-        assert_eq!(i.origin.stream_seq, 42);
+        assert_eq!(i.origin().stream_seq, 42);
         assert_eq!((i.conversation_id(), i.message_id()), ("c", "m"));
-        assert_eq!(i.origin.subject, "toolstream.chunks.c.m");
+        assert_eq!(i.origin().subject, "toolstream.chunks.c.m");
     }
 
     #[test]
@@ -223,14 +236,28 @@ mod tests {
         assert_eq!((i.conversation_id(), i.message_id()), ("conv-7", "msg-9"));
         let lent = i.as_input();
         assert_eq!((lent.conversation_id, lent.message_id), ("conv-7", "msg-9"));
-        assert_eq!(lent.origin, Some(&i.origin));
+        assert_eq!(lent.origin, Some(i.origin()));
         assert_eq!(
-            (i.origin.subject.as_str(), i.origin.stream_seq),
+            (i.origin().subject.as_str(), i.origin().stream_seq),
             (subject, 5)
         );
-        let cloned = i.clone();
-        drop(i);
-        assert_eq!(cloned.message_id(), "msg-9");
+        // ids of every length, plain and partitioned, multi-byte ones too: as the subject
+        // parser reads them
+        for subject in [
+            "toolstream.chunks.c.m",
+            "toolstream.chunks.a-long-conversation-id.m",
+            "toolstream.results.c.a-long-message-id",
+            "toolstream.p.12.chunks.conversación.メッセージ",
+            "toolstream.p.0.results.ü.x",
+        ] {
+            let parsed = subjects().parse_input(subject).unwrap();
+            let i = parse_message(&subjects(), subject, None, &body, 1, 0).unwrap();
+            assert_eq!(
+                (i.conversation_id(), i.message_id()),
+                (parsed.conversation_id, parsed.message_id),
+                "{subject}"
+            );
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::time::Instant;
 /// stopped `give_up_after` times while applying it. Flushes. Blocking.
 pub(super) fn apply_alone(store: &Store, input: &OwnedInput, give_up_after: u32) -> BatchResult {
     let started = Instant::now();
-    let seq = input.origin.stream_seq;
+    let seq = input.origin().stream_seq;
     let outcome = match store.begin_attempt(seq) {
         Err(e) => Err(e),
         Ok(stops) => apply_or_give_up(store, input, stops, give_up_after),

@@ -84,12 +84,14 @@ impl ConsumeLoop {
     /// bucket (`Toolstream-Body-Ref: <bucket>/<object>`) when that is possible
     /// (`sink::payloads::fit_dead_letter`): it is always published, never given up on for its
     /// size.
+    ///
+    /// `stream_seq` is the message's, as its reply subject gave it ([`super::delivery`]).
     pub(super) async fn dead_letter_now(
         &self,
         msg: &jetstream::Message,
+        stream_seq: u64,
         rejected: &Rejected,
     ) -> Disposition {
-        let stream_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
         let msg_id = wire::msg_id::input_dead_letter(stream_seq);
         if self.published.contains(&msg_id) {
             // a leased partition's rebuild: an earlier owner published this one
