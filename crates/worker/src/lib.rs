@@ -39,6 +39,8 @@
 //! - `consume/` — fetch → apply → flush → ack:
 //!   - `consume/mod.rs` — [`consume::ConsumeLoop`]: the loop, pulling, ticking the timers;
 //!   - `consume/inputs.rs` — subject, headers and body into an assembler input;
+//!   - `consume/delivery.rs` — the reply subject's delivery info (stream sequence, publish
+//!     time, delivered before), read once per message;
 //!   - `consume/batch.rs` — one batch through the store, then every message settled;
 //!   - `consume/apply.rs` — applying on the blocking pool, storage errors retried in place;
 //!   - `consume/poison.rs` — a redelivered input applied alone, behind a note;
