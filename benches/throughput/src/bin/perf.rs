@@ -73,6 +73,11 @@ struct Args {
     /// start of each in turn, --starts times (no drains, no latency runs, no files written).
     #[arg(long)]
     startup_only: bool,
+    /// Only the drains: no start-to-healthy and no latency runs, and no files written (for a
+    /// worker run under a profiler, through a script given as --worker-bin or --compare,
+    /// where the latency runs cannot keep pace).
+    #[arg(long, conflicts_with = "startup_only")]
+    drains_only: bool,
     /// Starts measured per build with --startup-only (each after a first that provisions).
     #[arg(long, default_value_t = 21, value_parser = clap::value_parser!(u32).range(1..))]
     starts: u32,
@@ -207,6 +212,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 );
             }
         }
+    }
+
+    if args.drains_only {
+        return Ok(());
     }
 
     // Start to healthy on a provisioned server (the first one).
