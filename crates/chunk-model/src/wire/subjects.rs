@@ -232,14 +232,10 @@ impl Subjects {
         let mut held = [""; 5];
         let mut count = 0;
         let mut split = rest.split('.');
-        for token in split.by_ref() {
-            if let Some(slot) = held.get_mut(count) {
-                *slot = token;
-            }
+        // (`zip` asks `held` first, so no token is taken from `split` past the array)
+        for (slot, token) in held.iter_mut().zip(split.by_ref()) {
+            *slot = token;
             count += 1;
-            if count > held.len() {
-                break;
-            }
         }
         count += split.count();
         let read = held.get(..count.min(held.len())).unwrap_or_default();
