@@ -72,10 +72,25 @@ impl Layer {
     }
 
     /// Every entry, in key order.
+    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Option<Vec<u8>>)> + '_ {
         self.order
             .iter()
             .filter_map(|k| self.values.get(k).map(|v| (&k[..], v)))
+    }
+
+    /// Every entry after `after` (from the first with `None`), in key order.
+    pub fn iter_after<'a>(
+        &'a self,
+        after: Option<&[u8]>,
+    ) -> impl Iterator<Item = (&'a Key, &'a Option<Vec<u8>>)> + 'a {
+        let start = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        self.order
+            .range::<[u8], _>((start, Bound::Unbounded))
+            .filter_map(|k| self.values.get(k).map(|v| (k, v)))
     }
 
     /// The entries whose keys start with `prefix`, in key order.

@@ -11,11 +11,13 @@
 //! - Every [`MATERIALIZE_FLUSHES`] flushes, or once the active layer holds
 //!   [`MATERIALIZE_BYTES`] or its window's log [`MATERIALIZE_LOG_BYTES`], a flush **freezes**
 //!   the active layer (a new one and a new segment start) and, once its record is synced,
-//!   writes the frozen layer to sled's keyspaces, flushes sled, and removes the window's
-//!   segments (`materialize`; why in the flush, not on a thread of its own:
-//!   `materialize_frozen`). Readers see the frozen layer until sled holds it; commits go on
-//!   meanwhile (the next flush waits), and a commit that makes the active layer outgrow
-//!   [`SPILL_WRITES`] / [`SPILL_BYTES`] flushes and materializes it itself.
+//!   starts writing the frozen layer to sled's keyspaces: a slice of it per flush, from that
+//!   flush on, so that no one flush holds its acks for a whole window; the last slice flushes
+//!   sled and removes the window's segments (`materialize`; why in the flushes, not on a
+//!   thread of its own: `materialize_frozen`). Readers see the frozen layer until sled holds
+//!   it; commits go on meanwhile (the next flush waits for a slice), and a commit that makes
+//!   the active layer outgrow [`SPILL_WRITES`] / [`SPILL_BYTES`] flushes and materializes it
+//!   itself, as a flush does with the rest of a frozen layer when the next one is due.
 //! - `open` replays the segments after sled's marker (the last window materialized) into
 //!   the active layer: the state after a crash is sled plus the log, i.e. every flushed
 //!   commit. A crash therefore loses exactly the commits made since the last flush (a suffix,
@@ -146,6 +148,8 @@ struct State {
     frozen: Option<Arc<Frozen>>,
     /// Where the frozen layer's materialization stands.
     phase: Phase,
+    /// How far the slices of the frozen layer's materialization got (`materialize`).
+    progress: materialize::Progress,
     /// Log entries of the active layer's commits since the last flush.
     log: Vec<u8>,
     /// Log entries of earlier windows not yet written (a freeze between two flushes, or a
@@ -175,9 +179,9 @@ enum Phase {
     #[default]
     Idle,
     /// A layer was frozen; its materialization starts once the flush that froze it has
-    /// synced its log.
+    /// synced its log, and goes on a slice per flush (`materialize`).
     Frozen,
-    /// Its materialization runs (in the flush that froze it, or in the one after a failure).
+    /// A slice of its materialization runs (in a flush).
     Running,
     /// Its materialization failed, for this reason: the layer stays frozen and readable, the
     /// log keeps it, and the next flush starts it again.
@@ -199,6 +203,7 @@ impl State {
         }));
         self.frozen_records = self.window_records;
         self.phase = Phase::Frozen;
+        self.progress = materialize::Progress::default();
         self.window += 1;
         self.window_records = 0;
         self.window_bytes = 0;
@@ -398,11 +403,12 @@ impl Shared {
     }
 }
 
-/// Materializes the frozen layer in the calling thread (the flush that froze it, once its log
-/// is synced: see [`Phase::Frozen`]), with the state lock let go meanwhile: commits and reads
-/// go on. Returns the state lock again.
+/// Writes the next slice of the frozen layer to sled, about `budget` writes (`None`: all that
+/// is left; see `materialize`), in the calling thread (a flush, once the log of the flush that
+/// froze the layer is synced: see [`Phase::Frozen`]), with the state lock let go meanwhile:
+/// commits and reads go on. Returns the state lock again.
 ///
-/// In the flush, not on a thread of its own: a background thread writing sled while the
+/// In the flushes, not on a thread of its own: a background thread writing sled while the
 /// apply thread read it made sled's page cache and glibc's per-thread arenas grow far past
 /// their bounds (`open_streams_memory open 2048 524288 4096`: 964 MiB at its peak; in the
 /// flush, with the batches applied as they fill, 194 MiB; `open 100000 100`: 261 vs 218
@@ -415,6 +421,7 @@ impl Shared {
 fn materialize_frozen<'a>(
     shared: &'a Shared,
     mut st: MutexGuard<'a, State>,
+    budget: Option<usize>,
 ) -> MutexGuard<'a, State> {
     let Some(frozen) = st.frozen.clone() else {
         // (a failure after the layer went to sled, a panic say: nothing is left to write)
@@ -423,22 +430,32 @@ fn materialize_frozen<'a>(
         }
         return st;
     };
+    // (a failed attempt left no progress: this one starts from the layer's first key)
+    let mut progress = std::mem::take(&mut st.progress);
     st.phase = Phase::Running;
     drop(st);
     let mut running = Running {
         shared,
         done: false,
     };
-    let result = materialize::run(shared, &frozen);
+    let result = materialize::run(shared, &frozen, &mut progress, budget);
     running.done = true;
     let mut st = shared.state();
-    if let Err(e) = result {
-        tracing::error!(error = %e, "materializing the flush log failed; the next flush tries again");
-        st.phase = match st.frozen.is_some() {
-            true => Phase::Failed(e.to_string()),
-            false => Phase::Idle,
-        };
-        shared.materialized.notify_all();
+    match result {
+        Ok(true) => {}
+        Ok(false) => {
+            st.progress = progress;
+            st.phase = Phase::Frozen;
+            shared.materialized.notify_all();
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "materializing the flush log failed; the next flush tries again");
+            st.phase = match st.frozen.is_some() {
+                true => Phase::Failed(e.to_string()),
+                false => Phase::Idle,
+            };
+            shared.materialized.notify_all();
+        }
     }
     st
 }
@@ -568,12 +585,12 @@ impl SledStorage {
     fn flush_log(&self, spill: bool) -> Result<(), StoreError> {
         let mut writer = lock(&self.writer);
         self.shared.sync_materialized()?;
-        let chunks = {
+        let (chunks, finish) = {
             let mut st = self.shared.state();
             if spill {
                 st = wait_running(&self.shared, st);
                 if let Phase::Failed(_) = st.phase {
-                    st = materialize_frozen(&self.shared, st);
+                    st = materialize_frozen(&self.shared, st, None);
                     if let Phase::Failed(why) = &st.phase {
                         return Err(materialization_failed(why));
                     }
@@ -594,10 +611,13 @@ impl SledStorage {
                 || st.active.bytes >= MATERIALIZE_BYTES
                 || st.window_bytes >= MATERIALIZE_LOG_BYTES;
             let holds_any = !st.active.is_empty() || !st.legacy.is_empty();
+            // (a layer still frozen when the next one is due: its slices were too few, or
+            // failed; the rest of it is written below, and the next flush freezes)
+            let blocked = due && holds_any && st.frozen.is_some();
             if due && holds_any && st.frozen.is_none() {
                 st.freeze();
             }
-            chunks
+            (chunks, blocked)
         };
         for (i, (window, payload)) in chunks.iter().enumerate() {
             if payload.is_empty() {
@@ -619,7 +639,11 @@ impl SledStorage {
         }
         let st = self.shared.state();
         if matches!(st.phase, Phase::Frozen | Phase::Failed(_)) {
-            drop(materialize_frozen(&self.shared, st));
+            let budget = match (spill || finish, &st.frozen) {
+                (false, Some(frozen)) => Some(materialize::slice_writes(frozen.writes.len())),
+                _ => None,
+            };
+            drop(materialize_frozen(&self.shared, st, budget));
         }
         Ok(())
     }

@@ -1,5 +1,5 @@
-//! Unit tests of the sled storage: the layers, the flush log's files, materializations (in
-//! the flush that freezes a layer), crashes (in-process: `discard_unflushed`, drop, reopen)
+//! Unit tests of the sled storage: the layers, the flush log's files, materializations (a
+//! slice per flush, from the flush that freezes a layer), crashes (in-process: `discard_unflushed`, drop, reopen)
 //! and a random model.
 
 use super::layer::{TAG_DELETE, TAG_PATCH, TAG_PUT};
@@ -386,7 +386,8 @@ fn a_key_put_and_deleted_in_one_window_leaves_no_tombstone() {
 
 /// The memory bug of a materialization on a thread of its own (sled's cache and glibc's
 /// arenas grew past their bounds while it wrote sled beside the apply thread): the flush that
-/// freezes the layer writes it to sled before it returns, and nothing runs after it.
+/// freezes the layer writes it to sled (all of it, for a layer of one slice) before it
+/// returns, and nothing runs after it.
 #[test]
 fn every_materialize_flushes_flush_freezes_the_layer_and_materializes_it_before_it_returns() {
     let dir = tempfile::tempdir().unwrap();
@@ -424,6 +425,140 @@ fn every_materialize_flushes_flush_freezes_the_layer_and_materializes_it_before_
     s.flush().unwrap();
     assert_eq!(segments(dir.path()), vec![(2, 1)]);
     assert_eq!(value(&s, Space::Streams, "k").as_deref(), Some("next"));
+}
+
+/// What a reader sees of the keys these tests write: the call's text and the streams.
+fn reads(s: &SledStorage) -> (String, Vec<Pair>) {
+    (text(s), s.scan_prefix(Space::Streams, b"").unwrap())
+}
+
+/// Writes a window whose layer holds more keys than a slice ([`materialize::slice_writes`]):
+/// a piece continuing the call's stored one (`ab`), and the 20 streams, written again. Its
+/// last flush freezes it. Returns what a reader sees then, and the window sled's marker names.
+fn window_of_many_slices(s: &SledStorage) -> ((String, Vec<Pair>), Option<u64>) {
+    put(s, 0, "ab");
+    for k in 0..20u8 {
+        put_kv(s, Space::Streams, &format!("k{k:02}"), "old");
+    }
+    s.materialize_now().unwrap();
+    let marker = raw_marker(s);
+    put(s, 1, "cd");
+    for i in 0..MATERIALIZE_FLUSHES {
+        for k in 0..20u8 {
+            put_kv(
+                s,
+                Space::Streams,
+                &format!("k{k:02}"),
+                &format!("new{i}.{k}"),
+            );
+        }
+        s.flush().unwrap();
+    }
+    assert!(20 > materialize::slice_writes(21), "the layer spans slices");
+    (reads(s), marker)
+}
+
+/// A frozen layer goes to sled a slice per flush (a whole window in the flush that froze it
+/// held that flush, and the acks behind it, for 12–15 ms): between slices sled holds part of
+/// it, readers see the same, the log stays, and the stored piece it extends is extended once,
+/// in its last slice.
+#[test]
+fn a_frozen_layer_goes_to_sled_a_slice_per_flush_and_reads_the_same_between_slices() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open_again(dir.path());
+    let (before, marker) = window_of_many_slices(&s);
+    assert_eq!(before.0, "abcd");
+    let mut slices = 1;
+    loop {
+        let (phase, frozen) = {
+            let st = s.shared.state();
+            (st.phase.clone(), st.frozen.is_some())
+        };
+        assert_eq!(reads(&s), before, "after slice {slices}");
+        if phase == Phase::Idle {
+            assert!(!frozen);
+            break;
+        }
+        assert_eq!(phase, Phase::Frozen);
+        assert!(frozen, "readable until sled holds all of it");
+        let stored = s
+            .shared
+            .tree
+            .scan_prefix([Space::Streams as u8])
+            .values()
+            .filter(|v| v.as_ref().is_ok_and(|v| v.starts_with(b"new")))
+            .count();
+        assert!(
+            stored < 20,
+            "slice {slices}: {stored} streams in sled already"
+        );
+        assert!(!segments(dir.path()).is_empty(), "the log stays meanwhile");
+        assert_eq!(stored_args(&s), 1);
+        assert_eq!(raw_marker(&s), marker, "slice {slices}: the marker waits");
+        s.flush().unwrap();
+        slices += 1;
+    }
+    assert!(slices >= 3, "{slices} slices");
+    assert!(
+        segments(dir.path()).is_empty(),
+        "the window's segment is gone"
+    );
+    assert_eq!(raw_marker(&s), marker.map(|m| m + 1));
+    assert_eq!(stored_args(&s), 1, "the stored piece was extended, once");
+    let s = reopen(dir.path(), s);
+    assert_eq!(reads(&s), before);
+}
+
+/// A crash between two slices: the restart reads what was flushed, and materializes it again
+/// from the start (rewriting what the slices wrote with the same values).
+#[test]
+fn a_crash_between_the_slices_of_a_materialization_reads_the_same_after_the_restart() {
+    for crash_after in 1..=2 {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open_again(dir.path());
+        let (before, _) = window_of_many_slices(&s);
+        for _ in 1..crash_after {
+            s.flush().unwrap();
+        }
+        assert_eq!(s.shared.state().phase, Phase::Frozen, "between slices");
+        let s = reopen(dir.path(), s);
+        assert_eq!(reads(&s), before, "crash after slice {crash_after}");
+        s.materialize_now().unwrap();
+        let s = reopen(dir.path(), s);
+        assert_eq!(reads(&s), before);
+        assert_eq!(stored_args(&s), 1, "the stored piece was extended, once");
+    }
+}
+
+/// A window due while the last one is still frozen (a burst of bytes ends windows faster than
+/// slices go): the flush writes the rest of the frozen layer, and the next flush freezes.
+#[test]
+fn a_window_due_while_the_last_is_still_frozen_finishes_it_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open_again(dir.path());
+    let (before, marker) = window_of_many_slices(&s);
+    assert!(s.shared.state().frozen.is_some());
+    put_kv(&s, Space::Meta, "big", &"x".repeat(MATERIALIZE_BYTES));
+    s.flush().unwrap();
+    {
+        let st = s.shared.state();
+        assert!(
+            st.frozen.is_none(),
+            "the rest of the frozen layer was written"
+        );
+        assert_eq!(st.active.len(), 1, "the new window is not frozen yet");
+    }
+    assert_eq!(raw_marker(&s), marker.map(|m| m + 1));
+    s.flush().unwrap();
+    assert!(
+        s.shared.state().active.is_empty(),
+        "frozen by the next flush"
+    );
+    assert_eq!(reads(&s), before);
+    assert_eq!(
+        value(&s, Space::Meta, "big").map(|v| v.len()),
+        Some(MATERIALIZE_BYTES)
+    );
 }
 
 fn stored_keys(s: &SledStorage, space: Space) -> usize {
