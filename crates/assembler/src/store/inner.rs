@@ -17,8 +17,8 @@ pub(crate) struct Inner {
     pub config: Config,
     /// The limits the core enforces.
     pub limits: Limits,
-    /// Streams that are open or have parked inputs (plus those touched by the current unit
-    /// of work), by stream key.
+    /// Streams that are open or have parked inputs, by stream key (less those the current
+    /// unit of work took out: `store::txn`, `Txn::stream`).
     pub streams: FastMap<Vec<u8>, StreamState>,
     /// Messages not completed yet (without their argument text, see
     /// [`crate::core::CallState::text_held`]), by message key: at most

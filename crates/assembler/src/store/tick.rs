@@ -134,7 +134,7 @@ pub(crate) fn expire_due(
     // What `tick` walks: the gapped and open streams, every one of which the cache holds (a
     // stream with a timer is live, and live streams stay cached): no storage read, and for
     // most inputs one hash lookup, for a stream without a timer due.
-    let (gapped, open) = match txn.inner.streams.get(key) {
+    let (gapped, open) = match txn.cached_stream(key) {
         Some(st) => (st.parked > 0, st.open),
         None => (false, false),
     };

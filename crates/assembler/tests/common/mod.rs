@@ -108,6 +108,20 @@ pub fn reopen(path: &std::path::Path, config: assembler::Config) -> Store {
     panic!("cannot reopen {}: {last:?}", path.display());
 }
 
+/// Opens the directory with sled alone (as an earlier release would), retrying like
+/// [`reopen`] while a just-dropped store still holds the file lock.
+pub fn open_raw_sled(path: &std::path::Path) -> sled::Db {
+    let mut last = None;
+    for _ in 0..200 {
+        match sled::Config::new().path(path).open() {
+            Ok(db) => return db,
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("cannot open {} with sled: {last:?}", path.display());
+}
+
 /// (reason, payload) of every dead-letter row in the outbox, in row order.
 pub fn dead_letters(store: &Store) -> Vec<(String, Vec<u8>)> {
     durable_rows(store, 1_000)
