@@ -47,8 +47,8 @@
 //!   what only `flush` makes durable); [`storage::sled_backend`] (one sled tree behind
 //!   in-memory layers of writes: `layer` — the layers and the log entries commits write as
 //!   they go; `wal` — the flush log's segment files, one append and one `fdatasync` per flush;
-//!   `materialize` — a frozen layer written to sled by every 256th flush; maps
-//!   sled's errors to [`StoreError`]) and [`storage::memory`].
+//!   `materialize` — a layer frozen by every 256th flush, written to sled a slice per
+//!   flush; maps sled's errors to [`StoreError`]) and [`storage::memory`].
 //! - [`keys`] — byte keys whose order is the wanted order.
 //! - `hash` — the keyed, cheap hash maps and sets of the apply path.
 //! - [`config`] — [`Config`]: limits and timeouts, documented defaults.

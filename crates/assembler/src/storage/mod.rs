@@ -15,8 +15,8 @@
 //!
 //! Two implementations: [`sled_backend::SledStorage`] (every keyspace in one sled tree under a
 //! one-byte prefix, behind in-memory layers of writes; commits log what they change as they
-//! go, `flush` appends that to a log file of its own and syncs it, and every 256th flush
-//! writes sled) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex,
+//! go, `flush` appends that to a log file of its own and syncs it, and from every 256th flush
+//! on, each flush writes a slice of what the window before wrote to sled) and [`memory::MemoryStorage`] (`BTreeMap`s behind a mutex,
 //! flush is a no-op and nothing survives a drop) for tests.
 
 pub mod memory;

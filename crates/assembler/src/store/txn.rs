@@ -42,6 +42,20 @@ pub(crate) struct Txn<'a> {
     results_overlay: FastMap<Vec<u8>, Option<Vec<u8>>>,
     /// Fingerprints of the producer numbers taken by this unit (see [`super::seen`]).
     seen: super::seen::Staged,
+    /// Set by a commit that stored everything and put the cache right.
+    committed: bool,
+}
+
+impl Drop for Txn<'_> {
+    /// A unit that ends without a whole commit (an error on the way, or a commit that failed)
+    /// may have changed the cache in place, and holds streams taken out of it: the cache is
+    /// marked stale, to be rebuilt from storage, which the unit did not change. (The store
+    /// marks it too on every error it returns; this holds for any unit, whoever drops it.)
+    fn drop(&mut self) {
+        if !self.committed {
+            self.inner.stale = true;
+        }
+    }
 }
 
 impl<'a> Txn<'a> {
@@ -63,6 +77,7 @@ impl<'a> Txn<'a> {
             order_moved: false,
             results_overlay: FastMap::default(),
             seen: super::seen::Staged::new(),
+            committed: false,
         }
     }
 
@@ -120,7 +135,7 @@ impl<'a> Txn<'a> {
     /// The position of the unit's entry for stream `key`, made on its first touch: the state
     /// is taken out of the cache (read from storage, or the default, when the cache does not
     /// hold it), so that every later look is a search of the unit's few entries, not a hash
-    /// of the key (a typical input looks at its stream 13 times: ~2.3 k instructions, most of
+    /// of the key (a typical input looks at its stream 13 times: ~2.4 k instructions, most of
     /// them hashing, before this).
     fn touch(&mut self, key: &[u8]) -> Result<usize, StoreError> {
         if self
@@ -546,6 +561,7 @@ impl<'a> Txn<'a> {
             }
         }
         self.inner.message_order.extend(kept);
+        self.committed = true;
         Ok((self.events, self.rows))
     }
 }
@@ -678,7 +694,8 @@ struct Touched {
     /// Changed by the unit: written at commit.
     dirty: bool,
     /// Its state, out of the cache (`Inner::streams`) until the commit puts it back; lost
-    /// with the unit when it fails, which marks the cache stale (rebuilt from storage).
+    /// with a unit that ends without its commit, whose drop marks the cache stale (the store
+    /// rebuilds it from storage before the next unit).
     state: StreamState,
 }
 
@@ -769,5 +786,20 @@ mod tests {
             "neither open nor parked: not cached"
         );
         assert!(inner.open.contains(a));
+        assert!(!inner.stale, "a committed unit leaves the cache as it is");
+    }
+
+    /// A unit dropped without its commit (an error on the way) took its stream out of the
+    /// cache and may have changed the rest in place: the cache is marked stale, so the store
+    /// rebuilds it from storage before the next unit.
+    #[test]
+    fn a_unit_dropped_without_its_commit_marks_the_cache_stale() {
+        let storage = MemoryStorage::new();
+        let mut inner = Inner::load(&storage, Config::default()).unwrap();
+        let mut txn = Txn::new(&mut inner, &storage);
+        txn.stream_mut(b"stream-a").unwrap().open = true;
+        drop(txn);
+        assert!(inner.stale);
+        assert!(storage.get(Space::Streams, b"stream-a").unwrap().is_none());
     }
 }

@@ -35,8 +35,9 @@
 //! inserts per input), then kept a log in sled itself (one sled value per flush, written and
 //! later deleted, and at every flush a pass over every key changed to find what to log).
 //! Now a commit writes its log entries as it goes, a flush is one append and one
-//! `fdatasync`, and sled is written once per key per window, by the flush that ends the
-//! window (off the worker's apply path; a commit that spills does it itself).
+//! `fdatasync`, and sled is written once per key per window, by the flushes after the one
+//! that ends the window, a slice each (off the worker's apply path; a commit that spills
+//! does it itself).
 //!
 //! Stores written by an earlier release may hold log records in sled itself, under
 //! [`LEGACY_LOG_PREFIX`] (a crash before a clean stop): they use the same entries, are
@@ -611,13 +612,14 @@ impl SledStorage {
                 || st.active.bytes >= MATERIALIZE_BYTES
                 || st.window_bytes >= MATERIALIZE_LOG_BYTES;
             let holds_any = !st.active.is_empty() || !st.legacy.is_empty();
-            // (a layer still frozen when the next one is due: its slices were too few, or
-            // failed; the rest of it is written below, and the next flush freezes)
-            let blocked = due && holds_any && st.frozen.is_some();
+            // (a layer still frozen when the next one is due: its window ended in fewer
+            // flushes than its slices took (a backlog's windows end by bytes), or it failed;
+            // the rest of it is written below, in this flush, and the next flush freezes)
+            let finish = due && holds_any && st.frozen.is_some();
             if due && holds_any && st.frozen.is_none() {
                 st.freeze();
             }
-            (chunks, blocked)
+            (chunks, finish)
         };
         for (i, (window, payload)) in chunks.iter().enumerate() {
             if payload.is_empty() {
@@ -644,6 +646,13 @@ impl SledStorage {
                 _ => None,
             };
             drop(materialize_frozen(&self.shared, st, budget));
+        }
+        if spill && finish {
+            // A spill that found a layer still frozen (between its slices) wrote the rest of
+            // it above but froze nothing: once more, to freeze the active layer and write it
+            // too, so that memory stays bounded (its records are appended first, as always).
+            drop(writer);
+            return self.flush_log(true);
         }
         Ok(())
     }

@@ -469,6 +469,7 @@ fn a_frozen_layer_goes_to_sled_a_slice_per_flush_and_reads_the_same_between_slic
     let (before, marker) = window_of_many_slices(&s);
     assert_eq!(before.0, "abcd");
     let mut slices = 1;
+    let mut stored_before = 0;
     loop {
         let (phase, frozen) = {
             let st = s.shared.state();
@@ -492,6 +493,11 @@ fn a_frozen_layer_goes_to_sled_a_slice_per_flush_and_reads_the_same_between_slic
             stored < 20,
             "slice {slices}: {stored} streams in sled already"
         );
+        assert!(
+            stored > stored_before,
+            "slice {slices} wrote streams: {stored}"
+        );
+        stored_before = stored;
         assert!(!segments(dir.path()).is_empty(), "the log stays meanwhile");
         assert_eq!(stored_args(&s), 1);
         assert_eq!(raw_marker(&s), marker, "slice {slices}: the marker waits");
@@ -559,6 +565,116 @@ fn a_window_due_while_the_last_is_still_frozen_finishes_it_first() {
         value(&s, Space::Meta, "big").map(|v| v.len()),
         Some(MATERIALIZE_BYTES)
     );
+}
+
+/// A spill (a commit that makes the active layer outgrow its bound) while a layer is frozen
+/// between its slices: the rest of the frozen layer is written, and the active one is frozen
+/// and written too, so memory stays bounded.
+#[test]
+fn a_spill_between_slices_writes_the_frozen_layer_and_freezes_the_active_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open_again(dir.path());
+    let (before, _) = window_of_many_slices(&s);
+    assert_eq!(s.shared.state().phase, Phase::Frozen, "between slices");
+    put_kv(&s, Space::Meta, "big", &"x".repeat(SPILL_BYTES));
+    {
+        let st = s.shared.state();
+        assert!(st.frozen.is_none(), "both layers written");
+        assert!(
+            st.active.is_empty(),
+            "the active layer, spilled, holds nothing"
+        );
+    }
+    assert!(s
+        .shared
+        .tree
+        .contains_key(prefixed(Space::Meta, b"big"))
+        .unwrap());
+    assert_eq!(reads(&s), before);
+    let s = reopen(dir.path(), s);
+    assert_eq!(reads(&s), before);
+}
+
+/// The log entry that puts `text` at `key` (prefixed), as an earlier release's log records
+/// held every argument piece: replayed, each piece is a key of its own in the layer.
+fn put_entry(log: &mut Vec<u8>, key: &[u8], text: &str) {
+    log.push(TAG_PUT);
+    for field in [key, text.as_bytes()] {
+        log.extend_from_slice(&(field.len() as u32).to_be_bytes());
+        log.extend_from_slice(field);
+    }
+}
+
+/// A frozen layer whose calls' pieces are keys of their own (a window replayed from an
+/// earlier release's records): each call's pieces are joined into one run, appended to the
+/// call's stored piece. The first slice ends right after the second call's run began: the
+/// run goes on in the next slice, and each stored piece is extended once, in the last one.
+#[test]
+fn a_run_of_pieces_a_slice_ends_in_goes_on_in_the_next_and_extends_the_stored_piece_once() {
+    let s = SledStorage::temporary().unwrap();
+    for (call, text) in [(0, "ab"), (1, "w")] {
+        let mut w = WriteSet::default();
+        w.put(
+            Space::Args,
+            args_piece(MSG, call, 0),
+            text.as_bytes().to_vec(),
+        );
+        s.commit(w).unwrap();
+    }
+    s.materialize_now().unwrap();
+    let mut log = Vec::new();
+    for (call, piece, text) in [
+        (0, 1, "c"),
+        (0, 2, "d"),
+        (1, 1, "x"),
+        (1, 2, "y"),
+        (1, 3, "z"),
+    ] {
+        put_entry(
+            &mut log,
+            &prefixed(Space::Args, &args_piece(MSG, call, piece)),
+            text,
+        );
+    }
+    let mut writes = Layer::default();
+    writes.replay(&log).unwrap();
+    assert_eq!(writes.len(), 5, "a key per piece");
+    // (two writes a slice: the first call's run ends at the second call's first piece, with
+    // the removal of its two folded keys, and the slice stops with the second run open)
+    assert_eq!(materialize::slice_writes(writes.len()), 2);
+    {
+        let mut st = s.shared.state();
+        let window = st.window;
+        st.frozen = Some(Arc::new(Frozen {
+            writes,
+            window,
+            legacy: Vec::new(),
+        }));
+        st.phase = Phase::Frozen;
+        st.window += 1;
+    }
+    let mut slices = 0;
+    while s.shared.state().frozen.is_some() {
+        assert_eq!(text(&s), "abcdwxyz", "after {slices} slices");
+        s.flush().unwrap();
+        slices += 1;
+    }
+    assert_eq!(slices, 2);
+    assert_eq!(text(&s), "abcdwxyz");
+    let stored: Vec<(Vec<u8>, Vec<u8>)> = s
+        .shared
+        .tree
+        .scan_prefix([Space::Args as u8])
+        .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let want = [(0, "abcd"), (1, "wxyz")].map(|(call, text)| {
+        (
+            prefixed(Space::Args, &args_piece(MSG, call, 0)),
+            text.as_bytes().to_vec(),
+        )
+    });
+    assert_eq!(stored, want, "one key per call, each extended once");
 }
 
 fn stored_keys(s: &SledStorage, space: Space) -> usize {
