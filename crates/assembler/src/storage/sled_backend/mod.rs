@@ -35,8 +35,8 @@
 //! inserts per input), then kept a log in sled itself (one sled value per flush, written and
 //! later deleted, and at every flush a pass over every key changed to find what to log).
 //! Now a commit writes its log entries as it goes, a flush is one append and one
-//! `fdatasync`, and sled is written once per key per window, by the flushes after the one
-//! that ends the window, a slice each (off the worker's apply path; a commit that spills
+//! `fdatasync`, and sled is written once per key per window, by the flushes from the one
+//! that ends the window on, a slice each (off the worker's apply path; a commit that spills
 //! does it itself).
 //!
 //! Stores written by an earlier release may hold log records in sled itself, under
