@@ -109,27 +109,25 @@ impl<'a> Txn<'a> {
 
     /// The stream's state for reading (default when unknown).
     pub fn stream(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
-        let at = self.touch(key)?;
-        self.touched(at)
+        Ok(&mut self.entry(key)?.state)
     }
 
     /// The stream's state for changing: marked to be written.
     pub fn stream_mut(&mut self, key: &[u8]) -> Result<&mut StreamState, StoreError> {
-        let at = self.touch(key)?;
-        if let Some(t) = self.touched_streams.get_mut(at) {
-            t.dirty = true;
-        }
-        self.touched(at)
+        let t = self.entry(key)?;
+        t.dirty = true;
+        Ok(&mut t.state)
     }
 
-    fn touched(&mut self, at: usize) -> Result<&mut StreamState, StoreError> {
-        match self.touched_streams.get_mut(at) {
-            Some(t) => Ok(&mut t.state),
-            None => Err(StoreError::Corrupt {
+    /// The unit's entry for stream `key` ([`Txn::touch`]).
+    fn entry(&mut self, key: &[u8]) -> Result<&mut Touched, StoreError> {
+        let at = self.touch(key)?;
+        self.touched_streams
+            .get_mut(at)
+            .ok_or_else(|| StoreError::Corrupt {
                 space: "streams",
                 detail: "a stream entry of the unit vanished".into(),
-            }),
-        }
+            })
     }
 
     /// The position of the unit's entry for stream `key`, made on its first touch: the state

@@ -599,10 +599,8 @@ fn a_spill_between_slices_writes_the_frozen_layer_and_freezes_the_active_one() {
 /// held every argument piece: replayed, each piece is a key of its own in the layer.
 fn put_entry(log: &mut Vec<u8>, key: &[u8], text: &str) {
     log.push(TAG_PUT);
-    for field in [key, text.as_bytes()] {
-        log.extend_from_slice(&(field.len() as u32).to_be_bytes());
-        log.extend_from_slice(field);
-    }
+    field(log, key);
+    field(log, text.as_bytes());
 }
 
 /// A frozen layer whose calls' pieces are keys of their own (a window replayed from an
