@@ -140,7 +140,10 @@ pub struct CallState {
 /// value alone.
 #[derive(Clone, Default)]
 pub struct Arguments {
-    value: Value,
+    /// The value; for arguments read from storage, parsed from `json` only when first asked
+    /// for (most reads of a message never look at its completed calls' arguments: a later
+    /// input of the message only writes them back). Unset with `json` unset: `null`.
+    value: OnceLock<Value>,
     json: OnceLock<Arc<[u8]>>,
 }
 
@@ -148,30 +151,41 @@ impl Arguments {
     /// Arguments holding `value`; its JSON is made when first asked for.
     pub fn new(value: Value) -> Arguments {
         Arguments {
-            value,
+            value: OnceLock::from(value),
             json: OnceLock::new(),
         }
     }
 
-    /// Arguments read from storage: `value` as parsed from `json`, which is kept as it is and
-    /// written again as it is. Every writer of it was `serde_json::to_vec` of the value, so it
+    /// Arguments read from storage: `json`, which the caller has checked is JSON
+    /// (`store::compact`), kept as it is and written again as it is; the value is parsed from
+    /// it when first asked for. Every writer of it was `serde_json::to_vec` of the value, so it
     /// is the JSON that would be made (and any other JSON of the same value would still read
     /// back as the same value).
-    pub(crate) fn with_json(value: Value, json: &[u8]) -> Arguments {
+    pub(crate) fn with_json(json: &[u8]) -> Arguments {
         Arguments {
-            value,
+            value: OnceLock::new(),
             json: OnceLock::from(Arc::<[u8]>::from(json)),
         }
     }
 
     /// The value.
     pub fn value(&self) -> &Value {
-        &self.value
+        self.value.get_or_init(|| {
+            // (checked to be JSON when read: `null` only for arguments never set)
+            self.json
+                .get()
+                .and_then(|json| serde_json::from_slice(json).ok())
+                .unwrap_or(Value::Null)
+        })
     }
 
     /// Whether there are none (`null`: the call is not completed).
     pub fn is_null(&self) -> bool {
-        self.value.is_null()
+        match (self.value.get(), self.json.get()) {
+            (Some(value), _) => value.is_null(),
+            (None, Some(json)) => json[..] == *b"null",
+            (None, None) => true,
+        }
     }
 
     /// Whether its JSON is kept (made or read) already.
@@ -180,12 +194,18 @@ impl Arguments {
         self.json.get().is_some()
     }
 
+    /// Whether its value has been parsed (or was given).
+    #[cfg(test)]
+    pub(crate) fn is_parsed(&self) -> bool {
+        self.value.get().is_some()
+    }
+
     /// The value as JSON, serialized on the first call only.
     pub(crate) fn json(&self) -> Result<&[u8], serde_json::Error> {
         if let Some(json) = self.json.get() {
             return Ok(json);
         }
-        let made: Arc<[u8]> = serde_json::to_vec(&self.value)?.into();
+        let made: Arc<[u8]> = serde_json::to_vec(self.value())?.into();
         Ok(self.json.get_or_init(|| made))
     }
 }
@@ -200,31 +220,31 @@ impl std::ops::Deref for Arguments {
     type Target = Value;
 
     fn deref(&self) -> &Value {
-        &self.value
+        self.value()
     }
 }
 
 impl std::fmt::Debug for Arguments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.value.fmt(f)
+        self.value().fmt(f)
     }
 }
 
 impl PartialEq for Arguments {
     fn eq(&self, other: &Arguments) -> bool {
-        self.value == other.value
+        self.value() == other.value()
     }
 }
 
 impl PartialEq<Value> for Arguments {
     fn eq(&self, other: &Value) -> bool {
-        self.value == *other
+        self.value() == other
     }
 }
 
 impl Serialize for Arguments {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.value.serialize(serializer)
+        self.value().serialize(serializer)
     }
 }
 
