@@ -35,21 +35,13 @@ impl OutboxEntry {
     /// The stored form (binary: kind, length-prefixed strings, headers, then the payload),
     /// without the key (which is the row's key).
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64 + self.payload.len() + self.msg_id.len());
-        out.push(match self.kind {
-            OutboxKind::Event => b'e',
-            OutboxKind::DeadLetter => b'd',
-        });
-        crate::keys::push_str(&mut out, &self.conversation_id);
-        crate::keys::push_str(&mut out, &self.message_id);
-        crate::keys::push_str(&mut out, &self.msg_id);
-        out.extend_from_slice(&(self.headers.len() as u32).to_be_bytes());
-        for (k, v) in &self.headers {
-            crate::keys::push_str(&mut out, k);
-            crate::keys::push_str(&mut out, v);
-        }
-        out.extend_from_slice(&self.payload);
-        out
+        let headers = self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        encode_row(
+            self.kind,
+            [&self.conversation_id, &self.message_id, &self.msg_id],
+            headers,
+            &self.payload,
+        )
     }
 
     /// Reads the stored form back; `None` when it is corrupt.
@@ -82,5 +74,89 @@ impl OutboxEntry {
             headers,
             payload: bytes.get(at..)?.to_vec(),
         })
+    }
+}
+
+/// The stored form of a row ([`OutboxEntry::encode`]) from its parts: `ids` are the
+/// conversation, message and `Nats-Msg-Id`. Sized exactly: a row is written once, and its
+/// payload (an event can hold a whole argument) is copied once, not again by a growing buffer.
+pub fn encode_row<'h>(
+    kind: OutboxKind,
+    ids: [&str; 3],
+    headers: impl Iterator<Item = (&'h str, &'h str)> + Clone,
+    payload: &[u8],
+) -> Vec<u8> {
+    let len = 1
+        + ids.iter().map(|s| 4 + s.len()).sum::<usize>()
+        + 4
+        + headers
+            .clone()
+            .map(|(k, v)| 8 + k.len() + v.len())
+            .sum::<usize>()
+        + payload.len();
+    let mut out = Vec::with_capacity(len);
+    out.push(match kind {
+        OutboxKind::Event => b'e',
+        OutboxKind::DeadLetter => b'd',
+    });
+    for id in ids {
+        crate::keys::push_str(&mut out, id);
+    }
+    let count = headers.clone().count();
+    out.extend_from_slice(&(count as u32).to_be_bytes());
+    for (k, v) in headers {
+        crate::keys::push_str(&mut out, k);
+        crate::keys::push_str(&mut out, v);
+    }
+    out.extend_from_slice(payload);
+    debug_assert_eq!(out.len(), len, "the row's size as computed");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(kind: OutboxKind, headers: Vec<(String, String)>, payload: &[u8]) -> OutboxEntry {
+        OutboxEntry {
+            key: 41,
+            kind,
+            conversation_id: "conv-é".into(),
+            message_id: "m.1".into(),
+            msg_id: "ev:conv-é:m.1:7".into(),
+            headers,
+            payload: payload.to_vec(),
+        }
+    }
+
+    /// A row built from its parts (as `Txn::emit` does) is the row an entry encodes to, it
+    /// reads back whole, and its buffer was sized exactly (no growth, no slack).
+    #[test]
+    fn a_row_from_its_parts_is_the_entry_s_encoding_and_reads_back() {
+        let big = vec![b'x'; 300_000];
+        let cases = [
+            row(
+                OutboxKind::Event,
+                vec![("Toolstream-Event-Type".into(), "tool_call.completed".into())],
+                br#"{"a":1}"#,
+            ),
+            row(
+                OutboxKind::DeadLetter,
+                vec![("A".into(), "1".into()), ("B".into(), String::new())],
+                &big,
+            ),
+            row(OutboxKind::Event, Vec::new(), b""),
+        ];
+        for entry in cases {
+            let parts = encode_row(
+                entry.kind,
+                [&entry.conversation_id, &entry.message_id, &entry.msg_id],
+                entry.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                &entry.payload,
+            );
+            assert_eq!(parts.len(), parts.capacity(), "sized exactly");
+            assert_eq!(parts, entry.encode());
+            assert_eq!(OutboxEntry::decode(entry.key, &parts), Some(entry));
+        }
     }
 }

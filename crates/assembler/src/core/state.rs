@@ -200,6 +200,11 @@ impl Arguments {
         self.value.get().is_some()
     }
 
+    /// Bytes of its JSON when kept already, else 0 (a size hint).
+    pub(crate) fn json_len(&self) -> usize {
+        self.json.get().map_or(0, |json| json.len())
+    }
+
     /// The value as JSON, serialized on the first call only.
     pub(crate) fn json(&self) -> Result<&[u8], serde_json::Error> {
         if let Some(json) = self.json.get() {

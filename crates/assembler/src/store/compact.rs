@@ -94,7 +94,7 @@ fn read_stream(r: &mut Reader<'_>) -> Result<StreamState, StoreError> {
 /// The compact form of a message's state (its calls without their argument text, which is
 /// stored as pieces).
 pub fn encode_message(m: &MessageState) -> Result<Vec<u8>, StoreError> {
-    let mut w = Writer::with_capacity(64 + 48 * m.calls.len());
+    let mut w = Writer::with_capacity(message_size_hint(m));
     w.u8(MESSAGE_V1);
     w.flags(&[
         m.provider.is_some(),
@@ -197,6 +197,32 @@ fn read_message(r: &mut Reader<'_>) -> Result<MessageState, StoreError> {
     }
     r.end()?;
     Ok(m)
+}
+
+/// About the size of a message's compact form (its JSON fields not counted): a message is
+/// encoded at every commit that changes it, and a buffer growing from a guess copied what it
+/// held at every doubling, completed calls' arguments and results' outputs included.
+fn message_size_hint(m: &MessageState) -> usize {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, |s| 5 + s.len());
+    let calls: usize = m
+        .calls
+        .iter()
+        .map(|c| {
+            48 + text(&c.wire_id)
+                + text(&c.item_id)
+                + text(&c.id)
+                + text(&c.name)
+                + text(&c.reason)
+                + c.arguments.json_len()
+        })
+        .sum();
+    let results: usize = m
+        .tool_results
+        .iter()
+        .chain(&m.orphaned_results)
+        .map(|r| 11 + r.tool_call_id.len() + r.output.len())
+        .sum();
+    64 + m.conversation_id.len() + m.message_id.len() + calls + results
 }
 
 fn write_call(w: &mut Writer, c: &CallState) -> Result<(), StoreError> {

@@ -47,7 +47,14 @@ pub(crate) struct Inner {
     pub retained: Retained,
     /// The cache may disagree with storage (a commit failed): reload before use.
     pub stale: bool,
+    /// Where events are serialized before they become outbox rows ([`super::txn::Txn::emit`]),
+    /// kept between them so that an event is not written into a buffer growing from empty
+    /// (its capacity is dropped past [`EVENT_BUF_KEEP`]).
+    pub event_buf: Vec<u8>,
 }
+
+/// Capacity of [`Inner::event_buf`] kept for the next event (a larger event's is freed).
+pub const EVENT_BUF_KEEP: usize = 1 << 20;
 
 /// Completed messages and tombstones kept in the store, as counted by the retention index.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -85,6 +92,7 @@ impl Inner {
             order_next: 0,
             retained: Retained::default(),
             stale: false,
+            event_buf: Vec::new(),
         };
         for (k, _) in storage.scan_prefix(Space::Live, b"")? {
             let Some(v) = storage.get(Space::Streams, &k)? else {

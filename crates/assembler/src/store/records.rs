@@ -16,6 +16,18 @@ pub fn to_bytes<T: Serialize>(space: &'static str, value: &T) -> Result<Vec<u8>,
     })
 }
 
+/// Encodes a record as JSON at the end of `out`.
+pub fn write_to<T: Serialize>(
+    space: &'static str,
+    out: &mut Vec<u8>,
+    value: &T,
+) -> Result<(), StoreError> {
+    serde_json::to_writer(out, value).map_err(|e| StoreError::Encode {
+        space,
+        detail: e.to_string(),
+    })
+}
+
 /// Decodes a JSON state record.
 pub fn from_bytes<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {

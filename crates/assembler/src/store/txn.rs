@@ -3,13 +3,13 @@
 //! the cache stale (it is rebuilt from storage, which the failed unit did not change).
 
 use super::compact;
-use super::inner::Inner;
-use super::records::to_bytes;
+use super::inner::{Inner, EVENT_BUF_KEEP};
+use super::records::write_to;
 use crate::core::{ArgOp, MessagePhase, MessageState, StreamState};
 use crate::error::StoreError;
 use crate::hash::FastMap;
 use crate::keys::{self, ResultTag};
-use crate::outbox::{OutboxEntry, OutboxKind};
+use crate::outbox::{encode_row, OutboxEntry, OutboxKind};
 use crate::storage::{Space, Storage, Write, WriteSet};
 use chunk_model::{Event, Provider};
 
@@ -438,30 +438,35 @@ impl<'a> Txn<'a> {
 
     /// Writes an event to the outbox.
     pub fn emit(&mut self, ev: &Event) -> Result<(), StoreError> {
-        let payload = to_bytes("outbox", ev)?;
-        let entry = OutboxEntry {
-            key: self.inner.outbox_next,
-            kind: OutboxKind::Event,
-            conversation_id: ev.conversation_id.clone(),
-            message_id: ev.message_id.clone(),
-            msg_id: ev.event_id.clone(),
-            headers: vec![(
-                HEADER_EVENT_TYPE.to_string(),
-                ev.event_type.as_str().to_string(),
-            )],
-            payload,
-        };
-        self.push_row(entry);
+        // serialized into the store's buffer, then copied once into its row
+        let mut json = std::mem::take(&mut self.inner.event_buf);
+        json.clear();
+        let row = write_to("outbox", &mut json, ev).map(|()| {
+            encode_row(
+                OutboxKind::Event,
+                [&ev.conversation_id, &ev.message_id, &ev.event_id],
+                [(HEADER_EVENT_TYPE, ev.event_type.as_str())].into_iter(),
+                &json,
+            )
+        });
+        if json.capacity() <= EVENT_BUF_KEEP {
+            self.inner.event_buf = json;
+        }
+        self.push_encoded(row?);
         self.events += 1;
         Ok(())
     }
 
     /// Writes any outbox row (the key is assigned here).
-    pub fn push_row(&mut self, mut entry: OutboxEntry) {
-        entry.key = self.inner.outbox_next;
+    pub fn push_row(&mut self, entry: OutboxEntry) {
+        self.push_encoded(entry.encode());
+    }
+
+    /// Writes an outbox row in its stored form ([`OutboxEntry::encode`]) under the next key.
+    fn push_encoded(&mut self, row: Vec<u8>) {
+        let key = self.inner.outbox_next;
         self.inner.outbox_next += 1;
-        self.writes
-            .put(Space::Outbox, keys::outbox(entry.key), entry.encode());
+        self.writes.put(Space::Outbox, keys::outbox(key), row);
         self.rows += 1;
     }
 

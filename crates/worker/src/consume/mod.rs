@@ -143,7 +143,10 @@ impl ConsumeLoop {
                 }
                 next = stream.next() => match next {
                     Some(Some(Ok(first))) => {
-                        let mut batch = vec![first];
+                        // (room for a whole batch: a message is a large value to move again
+                        // at every doubling)
+                        let mut batch = Vec::with_capacity(self.config.batch_size.max(1));
+                        batch.push(first);
                         let mut ended = false;
                         while batch.len() < self.config.batch_size {
                             match stream.next().now_or_never() {

@@ -98,6 +98,10 @@ pub const MATERIALIZE_BYTES: usize = 4 * 1024 * 1024;
 /// restart after a crash reads back).
 pub const MATERIALIZE_LOG_BYTES: usize = 8 * 1024 * 1024;
 
+/// Most room a flush makes for the next flush's log entries ([`SledStorage::flush`]): a burst
+/// of large chunks does not leave its size reserved.
+const LOG_ROOM_MAX: usize = 1024 * 1024;
+
 /// Key prefix of the log records an earlier release kept in sled, a byte after every
 /// [`Space`]'s: `LEGACY_LOG_PREFIX · record (u64 BE) · part (u32 BE)`.
 pub const LEGACY_LOG_PREFIX: u8 = 0xFE;
@@ -598,7 +602,10 @@ impl SledStorage {
                 }
             }
             let mut chunks: Vec<(u64, Vec<u8>)> = st.sealed.drain(..).collect();
-            let log = std::mem::take(&mut st.log);
+            // the next flush's entries are written into room for as many as this one's, not
+            // into a buffer growing from empty (a copy of all of them at every doubling)
+            let room = st.log.len().min(LOG_ROOM_MAX);
+            let log = std::mem::replace(&mut st.log, Vec::with_capacity(room));
             if !log.is_empty() {
                 chunks.push((st.window, log));
             }
