@@ -130,7 +130,7 @@ pub struct CallState {
 }
 
 /// The parsed arguments of a completed call ([`CallState::arguments`]), with their JSON kept
-/// once it is made or read.
+/// once it is made or read; arguments read from storage are parsed when first asked for.
 ///
 /// A message's state is written again at every commit of the message, and a completed call's
 /// arguments with it: serializing a large value again for every later input of its message
