@@ -171,7 +171,8 @@ impl Arguments {
     /// The value.
     pub fn value(&self) -> &Value {
         self.value.get_or_init(|| {
-            // (checked to be JSON when read: `null` only for arguments never set)
+            // (checked at the read to parse as a value, `store::compact`: `null` only for
+            // arguments never set)
             self.json
                 .get()
                 .and_then(|json| serde_json::from_slice(json).ok())

@@ -199,7 +199,8 @@ fn read_message(r: &mut Reader<'_>) -> Result<MessageState, StoreError> {
     Ok(m)
 }
 
-/// About the size of a message's compact form (its JSON fields not counted): a message is
+/// About the size of a message's compact form (its metadata, reasoning and result blocks,
+/// which are JSON, not counted; arguments counted when their JSON is kept): a message is
 /// encoded at every commit that changes it, and a buffer growing from a guess copied what it
 /// held at every doubling, completed calls' arguments and results' outputs included.
 fn message_size_hint(m: &MessageState) -> usize {
@@ -312,7 +313,7 @@ fn read_call(r: &mut Reader<'_>) -> Result<CallState, StoreError> {
     if bit(f, 9) {
         let bytes = r.bytes()?;
         // checked here, parsed only when the value is asked for (`Arguments::value`)
-        json::<serde::de::IgnoredAny>(r.space, bytes)?;
+        json::<CheckedJson>(r.space, bytes)?;
         c.arguments = Arguments::with_json(bytes);
     }
     Ok(c)
@@ -369,6 +370,60 @@ fn to_json<T: Serialize>(space: &'static str, value: &T) -> Result<Vec<u8>, Stor
         space,
         detail: e.to_string(),
     })
+}
+
+/// JSON that parses as a [`serde_json::Value`] would, checked without building one: every
+/// string read (UTF-8, escapes, surrogates), every number in range, nested no deeper than
+/// the parser allows. (`serde::de::IgnoredAny` skips strings and numbers unchecked: bytes it
+/// passes can still fail the parse that [`Arguments::value`] does later.)
+struct CheckedJson;
+
+impl<'de> serde::Deserialize<'de> for CheckedJson {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<CheckedJson, D::Error> {
+        d.deserialize_any(CheckedJson)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for CheckedJson {
+    type Value = CheckedJson;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<CheckedJson, E> {
+        Ok(CheckedJson)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<CheckedJson, E> {
+        Ok(CheckedJson)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<CheckedJson, E> {
+        Ok(CheckedJson)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<CheckedJson, E> {
+        Ok(CheckedJson)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<CheckedJson, E> {
+        Ok(CheckedJson)
+    }
+
+    fn visit_unit<E>(self) -> Result<CheckedJson, E> {
+        Ok(CheckedJson)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<CheckedJson, A::Error> {
+        while seq.next_element::<CheckedJson>()?.is_some() {}
+        Ok(CheckedJson)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<CheckedJson, A::Error> {
+        while map.next_entry::<CheckedJson, CheckedJson>()?.is_some() {}
+        Ok(CheckedJson)
+    }
 }
 
 fn json<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
@@ -821,8 +876,56 @@ mod tests {
         assert_eq!(args.get("lines"), value.get("lines"), "read through Deref");
     }
 
-    /// What the lazy parse relies on: stored arguments that are not JSON are refused at the
-    /// read, as a corrupt row, as when they were parsed there.
+    /// What the lazy parse relies on: stored arguments that would not parse as a value are
+    /// refused at the read, as a corrupt row, as when they were parsed there, including what
+    /// a skip over the bytes (`IgnoredAny`) lets through: a number out of range, a lone
+    /// surrogate, bytes that are not UTF-8 in a string, nesting past the parser's limit.
+    #[test]
+    fn stored_arguments_that_would_not_parse_are_corrupt_at_the_read() {
+        let call_with = |json: &[u8]| {
+            let mut m = MessageState::new("c", "m", Some(Provider::OpenaiChat), 3);
+            let mut call = CallState::new();
+            call.status = CallStatus::Completed;
+            call.arguments = Arguments::with_json(json);
+            m.calls.push(call);
+            encode_message(&m).unwrap()
+        };
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let bad: [&[u8]; 5] = [
+            br#"{"n": 1e400}"#,
+            br#"{"s": "\ud800"}"#,
+            b"{\"s\": \"\xff\xfe\"}",
+            deep.as_bytes(),
+            br#"{"a": [1, 2}"#,
+        ];
+        for json in bad {
+            assert!(
+                serde_json::from_slice::<serde_json::Value>(json).is_err(),
+                "{json:?} is one a parse refuses"
+            );
+            assert!(
+                matches!(
+                    decode_message(&call_with(json)),
+                    Err(StoreError::Corrupt { .. })
+                ),
+                "{:?} refused at the read",
+                String::from_utf8_lossy(json)
+            );
+        }
+        let good: [&[u8]; 3] = [
+            br#"{"n": 1e300, "s": "\ud83d\ude00"}"#,
+            b"null",
+            br#"[[[]]]"#,
+        ];
+        for json in good {
+            let read = decode_message(&call_with(json)).expect("read");
+            let value: serde_json::Value = serde_json::from_slice(json).unwrap();
+            assert_eq!(read.calls[0].arguments.is_null(), value.is_null());
+            assert_eq!(*read.calls[0].arguments.value(), value);
+        }
+    }
+
+    /// A stored row whose arguments are not JSON at all is refused at the read.
     #[test]
     fn stored_arguments_that_are_not_json_are_corrupt_at_the_read() {
         let value = serde_json::json!({"q": "abcdefgh"});

@@ -143,9 +143,10 @@ impl ConsumeLoop {
                 }
                 next = stream.next() => match next {
                     Some(Some(Ok(first))) => {
-                        // (room for a whole batch: a message is a large value to move again
-                        // at every doubling)
-                        let mut batch = Vec::with_capacity(self.config.batch_size.max(1));
+                        // (room for a whole batch, up to 1,024: a message is a large value
+                        // to move again at every doubling)
+                        let room = self.config.batch_size.clamp(1, 1024);
+                        let mut batch = Vec::with_capacity(room);
                         batch.push(first);
                         let mut ended = false;
                         while batch.len() < self.config.batch_size {

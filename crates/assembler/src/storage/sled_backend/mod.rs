@@ -602,10 +602,10 @@ impl SledStorage {
                 }
             }
             let mut chunks: Vec<(u64, Vec<u8>)> = st.sealed.drain(..).collect();
+            let log = std::mem::take(&mut st.log);
             // the next flush's entries are written into room for as many as this one's, not
             // into a buffer growing from empty (a copy of all of them at every doubling)
-            let room = st.log.len().min(LOG_ROOM_MAX);
-            let log = std::mem::replace(&mut st.log, Vec::with_capacity(room));
+            let room = log.len().min(LOG_ROOM_MAX);
             if !log.is_empty() {
                 chunks.push((st.window, log));
             }
@@ -626,6 +626,8 @@ impl SledStorage {
             if due && holds_any && st.frozen.is_none() {
                 st.freeze();
             }
+            // (after the freeze, which takes the log: the state is locked, nothing was logged)
+            st.log.reserve(room);
             (chunks, finish)
         };
         for (i, (window, payload)) in chunks.iter().enumerate() {
