@@ -752,6 +752,49 @@ mod tests {
     use crate::storage::memory::MemoryStorage;
     use crate::Config;
 
+    /// A unit that reads a message back from storage and writes it again (what a later input
+    /// of a message does, or a result for one of its calls) does not parse its completed
+    /// calls' arguments: they go back to storage as the bytes read, and stay unparsed in the
+    /// cache (`Arguments`, parsed when asked for).
+    #[test]
+    fn a_message_read_back_and_written_again_leaves_its_arguments_unparsed() {
+        use chunk_model::CallStatus;
+        let storage = MemoryStorage::new();
+        let mut inner = Inner::load(&storage, Config::default()).unwrap();
+        let mkey = keys::message("c", "m");
+        let mut m = MessageState::new("c", "m", Some(Provider::OpenaiChat), 1);
+        let mut call = crate::core::CallState::new();
+        call.status = CallStatus::Completed;
+        call.arguments = serde_json::json!({"path": "/a", "n": [1, 2]}).into();
+        m.calls.push(call);
+        let row = compact::encode_message(&m).unwrap();
+        storage
+            .commit(WriteSet {
+                writes: vec![Write::Put(Space::Messages, mkey.clone(), row.clone())],
+            })
+            .unwrap();
+
+        let mut txn = Txn::new(&mut inner, &storage);
+        let read = txn.message_at(&mkey).unwrap().expect("stored");
+        read.finish_reason = Some("tool_calls".into());
+        txn.commit().unwrap();
+
+        let cached = &inner.messages.get(&mkey).expect("cached").calls[0].arguments;
+        assert!(!cached.is_parsed(), "read, written back, not parsed");
+        let stored = storage.get(Space::Messages, &mkey).unwrap().unwrap();
+        let args = serde_json::to_vec(&serde_json::json!({"path": "/a", "n": [1, 2]})).unwrap();
+        let holds = |v: &[u8], what: &[u8]| v.windows(what.len()).any(|w| w == what);
+        assert!(
+            holds(&row, &args) && holds(&stored, &args),
+            "the same bytes"
+        );
+        assert_ne!(stored, row, "the message was written again");
+        assert_eq!(
+            *cached.value(),
+            serde_json::json!({"path": "/a", "n": [1, 2]})
+        );
+    }
+
     /// A unit that looks at two streams in turn gets each one's own state (the last one
     /// looked at is found first, by its key), and its commit stores both and puts the live one
     /// back in the cache.
