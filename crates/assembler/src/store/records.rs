@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 
 /// Encodes a state record as JSON.
 pub fn to_bytes<T: Serialize>(space: &'static str, value: &T) -> Result<Vec<u8>, StoreError> {
-    serde_json::to_vec(value).map_err(|e| StoreError::Encode {
-        space,
-        detail: e.to_string(),
-    })
+    // (the room serde_json::to_vec starts with)
+    let mut out = Vec::with_capacity(128);
+    write_to(space, &mut out, value)?;
+    Ok(out)
 }
 
 /// Encodes a record as JSON at the end of `out`.
