@@ -175,6 +175,8 @@ struct State {
     /// ([`Shared::sync_materialized`]). Otherwise a later record could rely on sled
     /// holding the window (a delete logged as a forget, say) and be durable before it.
     unsynced: Option<u64>,
+    /// Where a commit builds each write's prefixed key (kept: commits do not allocate one).
+    key_buf: Vec<u8>,
 }
 
 /// Where the materialization of the frozen layer stands.
@@ -885,16 +887,15 @@ impl Storage for SledStorage {
             }
             let mut nothing_below = nothing_below.into_iter();
             // (one buffer for every write's prefixed key)
-            let mut kbuf = Vec::with_capacity(64);
+            let kbuf = &mut st.key_buf;
             for w in set.writes {
                 match w {
                     Write::Put(space, k, v) => {
-                        st.active
-                            .put(in_space(&mut kbuf, space, &k), v, &mut st.log)
+                        st.active.put(in_space(kbuf, space, &k), v, &mut st.log)
                     }
                     Write::Delete(space, k) => {
                         let below_free = nothing_below.next().unwrap_or(false);
-                        let k = in_space(&mut kbuf, space, &k);
+                        let k = in_space(kbuf, space, &k);
                         st.active.delete(k, below_free, &mut st.log);
                     }
                 }
