@@ -419,12 +419,14 @@ fn step_choice(
     let limits = txn.inner.limits;
     let msg = choice_message(item.msg, k);
     let mkey = keys::message(item.conv, &msg);
-    let mut out = StepOutput::default();
-    txn.message_or_new_at(&mkey, item.conv, &msg, Some(provider))?;
+    let mut out = StepOutput {
+        arg_ops: txn.arg_op_list(),
+        ..StepOutput::default()
+    };
+    // Loaded and marked to be written here; the reference serves every event, and is looked
+    // up again only after its text had to be read back (most chunks: one event, no lookup).
+    let mut m = txn.message_or_new_at(&mkey, item.conv, &msg, Some(provider))?;
     for ev in events {
-        // loaded and marked to be written above: only looked up from here on, once per event
-        // unless its text has to be read back first
-        let mut m = txn.loaded_message(&mkey)?;
         if core::step::needs_text(m, &ev, &limits) {
             txn.hold_text(&mkey)?;
             m = txn.loaded_message(&mkey)?;

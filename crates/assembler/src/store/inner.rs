@@ -51,6 +51,8 @@ pub(crate) struct Inner {
     /// kept between them so that an event is not written into a buffer growing from empty
     /// (its capacity is dropped past [`EVENT_BUF_KEEP`]).
     pub event_buf: Vec<u8>,
+    /// The lists of a unit of work, empty between units ([`super::txn::Lists`]).
+    pub unit_lists: super::txn::Lists,
 }
 
 /// Capacity of [`Inner::event_buf`] kept for the next event (a larger event's is freed).
@@ -93,6 +95,7 @@ impl Inner {
             retained: Retained::default(),
             stale: false,
             event_buf: Vec::new(),
+            unit_lists: Default::default(),
         };
         for (k, _) in storage.scan_prefix(Space::Live, b"")? {
             let Some(v) = storage.get(Space::Streams, &k)? else {

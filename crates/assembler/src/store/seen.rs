@@ -74,7 +74,7 @@ pub(crate) fn write_staged(
     storage: &dyn Storage,
     cache: &mut Cache,
     cap: usize,
-    mut staged: Staged,
+    staged: &mut Staged,
     writes: &mut WriteSet,
 ) -> Result<(), StoreError> {
     // one pass per (stream, group), the numbers in the order noted
@@ -163,7 +163,7 @@ mod tests {
 
     fn stored(storage: &MemoryStorage, staged: Staged) {
         let mut w = WriteSet::default();
-        write_staged(storage, &mut Cache::default(), 100, staged, &mut w).unwrap();
+        write_staged(storage, &mut Cache::default(), 100, &mut { staged }, &mut w).unwrap();
         storage.commit(w).unwrap();
     }
 
@@ -245,7 +245,7 @@ mod tests {
             if cap == 0 {
                 cache.clear();
             }
-            write_staged(&storage, &mut cache, cap.max(1), staged, &mut w).unwrap();
+            write_staged(&storage, &mut cache, cap.max(1), &mut staged, &mut w).unwrap();
             storage.commit(w).unwrap();
             // another stream's group between: a cache of one holds it instead
             let mut w = WriteSet::default();
@@ -253,7 +253,7 @@ mod tests {
                 &storage,
                 &mut cache,
                 cap.max(1),
-                vec![(b"o".to_vec(), commit as u64, 1)],
+                &mut vec![(b"o".to_vec(), commit as u64, 1)],
                 &mut w,
             )
             .unwrap();

@@ -42,6 +42,8 @@ pub(crate) struct Txn<'a> {
     results_overlay: FastMap<Vec<u8>, Option<Vec<u8>>>,
     /// Fingerprints of the producer numbers taken by this unit (see [`super::seen`]).
     seen: super::seen::Staged,
+    /// An empty list with room for a step's argument writes ([`Txn::arg_op_list`]).
+    arg_ops: Vec<ArgOp>,
     /// Set by a commit that stored everything and put the cache right.
     committed: bool,
 }
@@ -61,6 +63,13 @@ impl Drop for Txn<'_> {
 impl<'a> Txn<'a> {
     /// Starts a unit of work.
     pub fn new(inner: &'a mut Inner, storage: &'a dyn Storage) -> Txn<'a> {
+        // (the lists an earlier unit emptied, with their room: no allocation to start)
+        let Lists {
+            touched_streams,
+            dirty_messages,
+            seen,
+            arg_ops,
+        } = std::mem::take(&mut inner.unit_lists);
         Txn {
             inner,
             storage,
@@ -69,14 +78,15 @@ impl<'a> Txn<'a> {
             writes: WriteSet {
                 writes: Vec::with_capacity(8),
             },
-            touched_streams: Vec::new(),
+            touched_streams,
             last_touched: 0,
-            dirty_messages: Keys::default(),
+            dirty_messages,
             rows: 0,
             events: 0,
             order_moved: false,
             results_overlay: FastMap::default(),
-            seen: super::seen::Staged::new(),
+            seen,
+            arg_ops,
             committed: false,
         }
     }
@@ -148,21 +158,22 @@ impl<'a> Txn<'a> {
             None => {
                 // a stream the indexes hold is live, and live streams are cached (`Inner`):
                 // its cached flags are its index entries
-                let (state, was) = match self.inner.streams.remove(key) {
-                    Some(st) => {
+                // (the cache's own key comes out with the state, and goes back with it)
+                let (key, state, was) = match self.inner.streams.remove_entry(key) {
+                    Some((key, st)) => {
                         let was = Indexed::of(&st);
-                        (st, was)
+                        (key, st, was)
                     }
                     None => {
                         let st = match self.storage.get(Space::Streams, key)? {
                             Some(v) => compact::decode_stream(&v)?,
                             None => StreamState::default(),
                         };
-                        (st, Indexed::default())
+                        (key.to_vec(), st, Indexed::default())
                     }
                 };
                 self.touched_streams.push(Touched {
-                    key: key.to_vec(),
+                    key,
                     was,
                     dirty: false,
                     state,
@@ -403,9 +414,16 @@ impl<'a> Txn<'a> {
         self.writes.delete(Space::Results, key);
     }
 
-    /// Persists argument writes of a message's calls, taking their text.
-    pub fn arg_ops(&mut self, mkey: &[u8], ops: Vec<ArgOp>) {
-        for op in ops {
+    /// An empty list for a step's argument writes, with the room of one that
+    /// [`Txn::arg_ops`] emptied before (a step writes a piece or two: no allocation each).
+    pub fn arg_op_list(&mut self) -> Vec<ArgOp> {
+        std::mem::take(&mut self.arg_ops)
+    }
+
+    /// Persists argument writes of a message's calls, taking their text; the emptied list is
+    /// kept for [`Txn::arg_op_list`].
+    pub fn arg_ops(&mut self, mkey: &[u8], mut ops: Vec<ArgOp>) {
+        for op in ops.drain(..) {
             match op {
                 ArgOp::Append { call, piece, text } => self.writes.put(
                     Space::Args,
@@ -433,6 +451,9 @@ impl<'a> Txn<'a> {
                     );
                 }
             }
+        }
+        if ops.capacity() <= ARG_OPS_KEEP {
+            self.arg_ops = ops;
         }
     }
 
@@ -506,13 +527,12 @@ impl<'a> Txn<'a> {
                 self.inner.order_next.to_be_bytes().to_vec(),
             );
         }
-        let seen = std::mem::take(&mut self.seen);
         let cap = self.inner.config.message_cache_entries;
         super::seen::write_staged(
             self.storage,
             &mut self.inner.seen,
             cap,
-            seen,
+            &mut self.seen,
             &mut self.writes,
         )?;
         self.compact_completed_args()?;
@@ -521,7 +541,7 @@ impl<'a> Txn<'a> {
         // Put the streams that stay live back in the cache, and update the timer indexes.
         for Touched {
             key, was, state, ..
-        } in std::mem::take(&mut self.touched_streams)
+        } in self.touched_streams.drain(..)
         {
             let (open, parked) = (state.open, state.parked);
             // (most inputs leave their stream as the indexes hold it)
@@ -564,6 +584,15 @@ impl<'a> Txn<'a> {
             }
         }
         self.inner.message_order.extend(kept);
+        // the lists go back empty, their room kept for the next unit
+        self.dirty_messages.0.clear();
+        self.seen.clear();
+        self.inner.unit_lists = Lists {
+            touched_streams: std::mem::take(&mut self.touched_streams),
+            dirty_messages: std::mem::take(&mut self.dirty_messages),
+            seen: std::mem::take(&mut self.seen),
+            arg_ops: std::mem::take(&mut self.arg_ops),
+        };
         self.committed = true;
         Ok((self.events, self.rows))
     }
@@ -688,6 +717,20 @@ pub fn load_args(
     Ok(())
 }
 
+/// The lists a unit of work fills, kept empty in [`Inner::unit_lists`] between units so that
+/// each unit does not allocate them again (every input is a unit). A unit that fails drops
+/// its lists; the next one starts from empty ones.
+#[derive(Debug, Default)]
+pub(crate) struct Lists {
+    touched_streams: Vec<Touched>,
+    dirty_messages: Keys,
+    seen: super::seen::Staged,
+    arg_ops: Vec<ArgOp>,
+}
+
+/// Most argument writes whose list's room is kept for the next step ([`Txn::arg_op_list`]).
+const ARG_OPS_KEEP: usize = 64;
+
 /// A stream a unit of work read or changed.
 #[derive(Debug)]
 struct Touched {
@@ -793,6 +836,62 @@ mod tests {
             *cached.value(),
             serde_json::json!({"path": "/a", "n": [1, 2]})
         );
+    }
+
+    /// The lists a unit fills go back to the store empty, with their room, for the next unit
+    /// (`Lists`): a unit that follows one that touched a stream and a message, noted a number
+    /// and wrote a piece writes only what it touches itself, and the state of the streams
+    /// the earlier unit put back stays the cache's.
+    #[test]
+    fn the_next_unit_starts_from_empty_lists_and_writes_only_its_own() {
+        let storage = MemoryStorage::new();
+        let mut inner = Inner::load(&storage, Config::default()).unwrap();
+        let (a, b) = (b"stream-a".as_slice(), b"stream-b".as_slice());
+        let mkey = keys::message("c", "m");
+        let mut txn = Txn::new(&mut inner, &storage);
+        txn.stream_mut(a).unwrap().open = true;
+        txn.message_or_new_at(&mkey, "c", "m", None).unwrap();
+        txn.note_seen(a, 0, 42);
+        let mut ops = txn.arg_op_list();
+        ops.push(ArgOp::Append {
+            call: 0,
+            piece: 0,
+            text: "{".into(),
+        });
+        txn.arg_ops(&mkey, ops);
+        txn.commit().unwrap();
+        let lists = &inner.unit_lists;
+        assert!(lists.touched_streams.is_empty() && lists.touched_streams.capacity() > 0);
+        assert!(lists.dirty_messages.0.is_empty() && lists.dirty_messages.0.capacity() > 0);
+        assert!(lists.seen.is_empty() && lists.seen.capacity() > 0);
+        assert!(lists.arg_ops.is_empty() && lists.arg_ops.capacity() > 0);
+        assert!(
+            inner.streams.contains_key(a),
+            "a live stream goes back to the cache"
+        );
+
+        // (changed in the cache only: a unit that wrote the message again would store it)
+        let before = storage.get(Space::Messages, &mkey).unwrap();
+        if let Some(m) = inner.messages.get_mut(&mkey) {
+            m.finish_reason = Some("changed".into());
+        }
+        let mut txn = Txn::new(&mut inner, &storage);
+        assert!(txn.arg_op_list().is_empty());
+        assert!(txn.staged_seen().is_empty());
+        txn.stream_mut(b).unwrap().next = 1;
+        assert_eq!(
+            txn.cached_stream(a).map(|s| s.open),
+            Some(true),
+            "the cache still holds a, not the unit"
+        );
+        assert!(txn.touched_streams.len() == 1 && txn.touched_streams[0].key == b);
+        txn.commit().unwrap();
+        assert_eq!(
+            storage.get(Space::Messages, &mkey).unwrap(),
+            before,
+            "the earlier unit's message is not written again"
+        );
+        assert!(inner.streams.contains_key(a) && !inner.streams.contains_key(b));
     }
 
     /// A unit that looks at two streams in turn gets each one's own state (the last one
