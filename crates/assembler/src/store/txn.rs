@@ -452,7 +452,8 @@ impl<'a> Txn<'a> {
                 }
             }
         }
-        if ops.capacity() <= ARG_OPS_KEEP {
+        // (a step given a new list, as a second choice's is, does not replace a roomier one)
+        if ops.capacity() <= ARG_OPS_KEEP && ops.capacity() > self.arg_ops.capacity() {
             self.arg_ops = ops;
         }
     }
@@ -584,13 +585,13 @@ impl<'a> Txn<'a> {
             }
         }
         self.inner.message_order.extend(kept);
-        // the lists go back empty, their room kept for the next unit
+        // the lists go back empty, their room kept for the next unit (up to `LISTS_KEEP`)
         self.dirty_messages.0.clear();
         self.seen.clear();
         self.inner.unit_lists = Lists {
-            touched_streams: std::mem::take(&mut self.touched_streams),
-            dirty_messages: std::mem::take(&mut self.dirty_messages),
-            seen: std::mem::take(&mut self.seen),
+            touched_streams: room_kept(&mut self.touched_streams),
+            dirty_messages: Keys(room_kept(&mut self.dirty_messages.0)),
+            seen: room_kept(&mut self.seen),
             arg_ops: std::mem::take(&mut self.arg_ops),
         };
         self.committed = true;
@@ -731,6 +732,21 @@ pub(crate) struct Lists {
 /// Most argument writes whose list's room is kept for the next step ([`Txn::arg_op_list`]).
 const ARG_OPS_KEEP: usize = 64;
 
+/// Most entries a unit's list keeps room for between units ([`Lists`]): a unit touches one
+/// stream and a message or a few; the room a rare large unit took (a tick that closed many
+/// streams) is given back.
+const LISTS_KEEP: usize = 64;
+
+/// The emptied `list` taken out for the next unit, with its room when that is at most
+/// [`LISTS_KEEP`] entries.
+fn room_kept<T>(list: &mut Vec<T>) -> Vec<T> {
+    let list = std::mem::take(list);
+    match list.capacity() <= LISTS_KEEP {
+        true => list,
+        false => Vec::new(),
+    }
+}
+
 /// A stream a unit of work read or changed.
 #[derive(Debug)]
 struct Touched {
@@ -850,7 +866,9 @@ mod tests {
         let mkey = keys::message("c", "m");
         let mut txn = Txn::new(&mut inner, &storage);
         txn.stream_mut(a).unwrap().open = true;
-        txn.message_or_new_at(&mkey, "c", "m", None).unwrap();
+        // (with a provider: a message with none and no calls leaves the cache at commit)
+        txn.message_or_new_at(&mkey, "c", "m", Some(Provider::OpenaiChat))
+            .unwrap();
         txn.note_seen(a, 0, 42);
         let mut ops = txn.arg_op_list();
         ops.push(ArgOp::Append {
@@ -872,9 +890,7 @@ mod tests {
 
         // (changed in the cache only: a unit that wrote the message again would store it)
         let before = storage.get(Space::Messages, &mkey).unwrap();
-        if let Some(m) = inner.messages.get_mut(&mkey) {
-            m.finish_reason = Some("changed".into());
-        }
+        inner.messages.get_mut(&mkey).expect("cached").finish_reason = Some("changed".into());
         let mut txn = Txn::new(&mut inner, &storage);
         assert!(txn.arg_op_list().is_empty());
         assert!(txn.staged_seen().is_empty());
