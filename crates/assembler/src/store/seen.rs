@@ -66,7 +66,8 @@ pub(crate) fn stage(staged: &mut Staged, skey: &[u8], seq: u64, fp: u64) {
     staged.push((skey.to_vec(), seq, fp));
 }
 
-/// Adds the staged fingerprints to their stored groups (one put per group touched), patching
+/// Adds the staged fingerprints (sorted in place by stream and group: the caller empties the
+/// list afterwards) to their stored groups (one put per group touched), patching
 /// each stored value in place: its entries are sorted by slot, one per slot. The group's
 /// value comes from `cache` when it holds the stream's group, and goes back into it (which
 /// is emptied first when it holds `cap` streams).

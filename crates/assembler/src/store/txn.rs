@@ -453,7 +453,7 @@ impl<'a> Txn<'a> {
             }
         }
         // (a step given a new list, as a second choice's is, does not replace a roomier one)
-        if ops.capacity() <= ARG_OPS_KEEP && ops.capacity() > self.arg_ops.capacity() {
+        if ops.capacity() <= LISTS_KEEP && ops.capacity() > self.arg_ops.capacity() {
             self.arg_ops = ops;
         }
     }
@@ -586,8 +586,6 @@ impl<'a> Txn<'a> {
         }
         self.inner.message_order.extend(kept);
         // the lists go back empty, their room kept for the next unit (up to `LISTS_KEEP`)
-        self.dirty_messages.0.clear();
-        self.seen.clear();
         self.inner.unit_lists = Lists {
             touched_streams: room_kept(&mut self.touched_streams),
             dirty_messages: Keys(room_kept(&mut self.dirty_messages.0)),
@@ -729,18 +727,17 @@ pub(crate) struct Lists {
     arg_ops: Vec<ArgOp>,
 }
 
-/// Most argument writes whose list's room is kept for the next step ([`Txn::arg_op_list`]).
-const ARG_OPS_KEEP: usize = 64;
-
-/// Most entries a unit's list keeps room for between units ([`Lists`]): a unit touches one
-/// stream and a message or a few; the room a rare large unit took (a tick that closed many
-/// streams) is given back.
+/// Most entries a unit's list keeps room for between units ([`Lists`]), and a step's
+/// argument-write list between steps ([`Txn::arg_op_list`]): a unit touches one stream and
+/// a message or a few; the room a rare large unit took (a tick that closed many streams) is
+/// given back.
 const LISTS_KEEP: usize = 64;
 
-/// The emptied `list` taken out for the next unit, with its room when that is at most
+/// `list` taken out for the next unit, emptied, with its room when that is at most
 /// [`LISTS_KEEP`] entries.
 fn room_kept<T>(list: &mut Vec<T>) -> Vec<T> {
-    let list = std::mem::take(list);
+    let mut list = std::mem::take(list);
+    list.clear();
     match list.capacity() <= LISTS_KEEP {
         true => list,
         false => Vec::new(),
