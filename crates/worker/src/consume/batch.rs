@@ -6,6 +6,12 @@
 //! append to the store's flush log and one `fdatasync` for all of them), and when input is
 //! sparse every batch gets its own flush at once.
 //!
+//! A batch whose flush would start the moment its apply returns (no flush running, none
+//! waiting: sparse input) is flushed by its apply task itself, right after the apply: the
+//! loop hears of the apply as before (and applies the next batch meanwhile), but the flush
+//! does not wait for the loop to wake and hand it to another thread. On two busy cores each
+//! such hand-off is a wait for a core, on the path from a chunk to its event.
+//!
 //! A batch is settled (acked) only after a flush that began after its last commit returned:
 //! acks never run ahead of durability. A redelivered message (or, on a leased partition, one an
 //! earlier owner was delivered and never acked) is applied alone, behind its own durable note,
@@ -22,6 +28,7 @@ use assembler::{Applied, InputKind, StoreError};
 use async_nats::jetstream::{self, AckKind};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub(super) struct Work {
@@ -53,7 +60,7 @@ pub(super) struct Pipeline {
     /// Fetched, fresh, not applied yet (the next apply takes up to a batch of them).
     fetched: Vec<(jetstream::Message, Delivery)>,
     /// The batch being applied.
-    pub(super) applying: Option<JoinHandle<Applying>>,
+    pub(super) applying: Option<Applying>,
     /// Applied after the running flush began (or with none running yet).
     waiting: Vec<Staged>,
     /// The running flush and the batches applied before it began.
@@ -61,10 +68,24 @@ pub(super) struct Pipeline {
 }
 
 /// What an apply task hands back: the batch, and its outcomes (`Err`: the store panicked).
-pub(super) type Applying = (
+pub(super) type AppliedParts = (
     Vec<Work>,
     std::thread::Result<(Vec<Result<Applied, StoreError>>, Duration)>,
 );
+
+/// A running apply task: its batch comes back through `done` once applied; `flush` is the
+/// same task going on to flush it ([`ConsumeLoop::start_apply`]), `None` when the loop starts
+/// that batch's flush itself.
+pub(super) struct Applying {
+    done: oneshot::Receiver<AppliedParts>,
+    flush: Option<JoinHandle<(bool, Duration)>>,
+}
+
+/// An applied batch back from its task, with the flush that task runs for it, if any.
+pub(super) struct AppliedBatch {
+    batch: AppliedParts,
+    flush: Option<JoinHandle<(bool, Duration)>>,
+}
 
 pub(super) struct InFlight {
     staged: Vec<Staged>,
@@ -82,26 +103,25 @@ pub(super) async fn flush_done(in_flight: &mut Option<InFlight>) -> (bool, Durat
 
 /// Waits for the running apply; never resolves when none runs (a `select!` branch, then
 /// [`ConsumeLoop::applied`]).
-pub(super) async fn apply_done(applying: &mut Option<JoinHandle<Applying>>) -> Option<Applying> {
+pub(super) async fn apply_done(applying: &mut Option<Applying>) -> Option<AppliedBatch> {
     let Some(a) = applying else {
         return std::future::pending().await;
     };
-    let done = a.await;
-    *applying = None;
+    let done = (&mut a.done).await;
+    let flush = applying.take().and_then(|a| a.flush);
     match done {
-        Ok(done) => Some(done),
-        Err(e) => {
-            // (cancelled: the runtime is shutting down)
-            tracing::error!(error = %e, "apply task failed");
+        Ok(batch) => Some(AppliedBatch { batch, flush }),
+        Err(_) => {
+            // the task ended without handing its batch back (cancelled: the runtime is
+            // shutting down); its messages are redelivered once their ack wait runs out
+            tracing::error!("apply task failed");
             None
         }
     }
 }
 
 /// Lets the running apply finish, if one runs (then hand it to [`ConsumeLoop::applied`]).
-pub(super) async fn apply_done_now(
-    applying: &mut Option<JoinHandle<Applying>>,
-) -> Option<Applying> {
+pub(super) async fn apply_done_now(applying: &mut Option<Applying>) -> Option<AppliedBatch> {
     match applying.is_some() {
         true => apply_done(applying).await,
         false => None,
@@ -168,6 +188,11 @@ impl ConsumeLoop {
     /// at a time: the store has one writer, and inputs are applied in the order fetched).
     /// The batch goes there and comes back with its outcomes (not copied for it); a panic in
     /// the store is caught there, so the batch always comes back to be settled.
+    ///
+    /// With no flush running and none waiting, the batch's flush would start the moment it
+    /// comes back: the task then runs that flush itself, right after handing the batch back
+    /// (see the module docs). It is the same flush, begun after the batch's last commit, and
+    /// the batch is settled only once it returns.
     pub(super) fn start_apply(&self, pipeline: &mut Pipeline) {
         if pipeline.applying.is_some() || pipeline.fetched.is_empty() {
             return;
@@ -176,30 +201,60 @@ impl ConsumeLoop {
         let batch: Vec<(jetstream::Message, Delivery)> = pipeline.fetched.drain(..take).collect();
         let work = self.parse(batch);
         let store = Arc::clone(&self.store);
-        pipeline.applying = Some(tokio::task::spawn_blocking(move || {
+        // (`start_flush` flushes only when an input reached the store)
+        let flush_here = pipeline.in_flight.is_none()
+            && pipeline.waiting.is_empty()
+            && work.iter().any(|w| w.parsed.is_ok());
+        let (done, applied) = oneshot::channel();
+        let task = tokio::task::spawn_blocking(move || {
             let inputs = work.iter().filter_map(|w| w.parsed.as_ref().ok());
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 apply_inputs(&store, inputs)
             }));
-            (work, result)
-        }));
+            // (the loop is gone only when the runtime shuts down: nothing to flush for)
+            let handed_back = done.send((work, result)).is_ok();
+            match flush_here && handed_back {
+                true => flush_store(&store),
+                false => (false, Duration::ZERO),
+            }
+        });
+        pipeline.applying = Some(Applying {
+            done: applied,
+            flush: flush_here.then_some(task),
+        });
     }
 
     /// The running apply returned (`None`: its task was lost): its batch waits for the next
-    /// flush, which starts now when none is running, and the next apply starts.
-    pub(super) fn applied(&self, pipeline: &mut Pipeline, done: Option<Applying>) {
-        self.stage(pipeline, done);
+    /// flush, which starts now when none is running (or runs already, in the apply's task),
+    /// and the next apply starts.
+    pub(super) fn applied(&self, pipeline: &mut Pipeline, done: Option<AppliedBatch>) {
+        match done {
+            Some(AppliedBatch {
+                batch,
+                flush: Some(flush),
+            }) if pipeline.in_flight.is_none() && pipeline.waiting.is_empty() => {
+                // (always so: the task flushes only when it started with none of them)
+                let staged = self.stage(batch);
+                pipeline.in_flight = Some(InFlight {
+                    staged: vec![staged],
+                    flush,
+                });
+            }
+            // (a flush the task runs besides is harmless: the batch waits for a later one)
+            Some(AppliedBatch { batch, .. }) => {
+                let staged = self.stage(batch);
+                pipeline.waiting.push(staged);
+            }
+            None => {}
+        }
         if pipeline.in_flight.is_none() {
             self.start_flush(pipeline);
         }
         self.start_apply(pipeline);
     }
 
-    /// An applied batch (`None`: its task was lost) waits for the next flush.
-    fn stage(&self, pipeline: &mut Pipeline, done: Option<Applying>) {
-        let Some((work, result)) = done else {
-            return;
-        };
+    /// An applied batch, with its outcomes, ready to wait for a flush.
+    fn stage(&self, (work, result): AppliedParts) -> Staged {
         let outcomes = match result {
             Ok((outcomes, apply_time)) => {
                 self.metrics.batch_apply.observe(apply_time);
@@ -211,7 +266,7 @@ impl ConsumeLoop {
                 (0..n).map(|_| Err(task_failed())).collect()
             }
         };
-        pipeline.waiting.push(Staged { work, outcomes });
+        Staged { work, outcomes }
     }
 
     /// Starts a flush covering every waiting batch.

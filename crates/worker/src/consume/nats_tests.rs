@@ -308,6 +308,82 @@ async fn a_batch_is_acked_only_after_a_flush_begun_after_it_and_batches_applied_
     run.stop().await;
 }
 
+/// A batch fetched while nothing else is applied, waiting or flushing (sparse input) is
+/// flushed by its own apply task right after its commits: its flush does not wait for the loop
+/// to take the batch back and hand it to another thread (consume/batch.rs). Pinned by holding
+/// the test runtime's only thread, on which the loop runs, from the moment the batch's commit
+/// is let through: the flush still runs, and the batch is acked only after it.
+#[tokio::test]
+async fn a_sparse_batch_is_flushed_by_its_apply_task_without_waiting_for_the_loop() {
+    let commits = Arc::new(super::testing::FlushGate::default());
+    let flushes = Arc::new(super::testing::FlushGate::default());
+    let mut config = Config::default();
+    // no tick during the test: it would flush too
+    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
+    let store = Arc::new(super::testing::commit_gated_store(
+        Arc::clone(&commits),
+        Arc::clone(&flushes),
+        config.assembler.clone(),
+    ));
+    let run = start_with(config, Arc::clone(&store), |_| async {}).await;
+    let _open_on_drop = OpenOnDrop(Arc::clone(&commits));
+    let ticked = toolstream_testkit::wait::eventually_async(WAIT, || async {
+        flushes.flushes.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    assert!(ticked.is_some(), "the loop starts with a tick");
+    commits.close();
+    let flushes_before = flushes.flushes.load(Ordering::SeqCst);
+    let body = openai::call_start(0, "call_1", "f");
+    Producer::new(run.js.clone())
+        .chunk("c1", "m1", "openai-chat", 0, &body)
+        .await;
+    let held = toolstream_testkit::wait::eventually_async(WAIT, || async {
+        commits.held.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert!(held.is_some(), "the chunk's commit waits at the gate");
+    assert_eq!(
+        flushes.flushes.load(Ordering::SeqCst),
+        flushes_before,
+        "nothing flushed before the commit"
+    );
+
+    // From here until the flush returns, this thread, the runtime's only one, is not given
+    // back: the loop cannot run.
+    commits.open();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while flushes.flushes.load(Ordering::SeqCst) == flushes_before
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        flushes.flushes.load(Ordering::SeqCst),
+        flushes_before + 1,
+        "the batch was flushed while the loop could not run"
+    );
+    assert_eq!(
+        commits.flushes.load(Ordering::SeqCst),
+        1,
+        "after its commit"
+    );
+
+    wait_settled(&run.js, "toolstream")
+        .await
+        .expect("the batch is acked once flushed");
+    assert_eq!(
+        flushes.flushes.load(Ordering::SeqCst),
+        flushes_before + 1,
+        "one flush for the batch: the loop started none of its own"
+    );
+    assert!(store
+        .message_snapshot("c1", "m1")
+        .expect("readable")
+        .is_some());
+    run.stop().await;
+}
+
 /// Opens the gate when dropped.
 struct OpenOnDrop(Arc<super::testing::FlushGate>);
 

@@ -1,6 +1,6 @@
 //! Test helpers shared by the consume room's unit tests: a storage whose commits fail on
-//! demand ([`flaky_store`]), one whose flushes wait for a gate ([`gated_store`]) and a chunk
-//! input ([`chunk_input`]).
+//! demand ([`flaky_store`]), one whose flushes wait for a gate ([`gated_store`]), one whose
+//! commits wait for a gate too ([`commit_gated_store`]) and a chunk input ([`chunk_input`]).
 
 use super::inputs::{parse_message, OwnedInput};
 use assembler::{Store, StoreError};
@@ -14,13 +14,15 @@ pub(crate) fn subjects() -> Subjects {
     Subjects::new("toolstream")
 }
 
-/// Holds every flush while closed: a disk that takes its time to fsync.
+/// Holds every flush (or commit) while closed: a disk that takes its time to fsync.
 #[derive(Default)]
 pub(crate) struct FlushGate {
     closed: std::sync::Mutex<bool>,
     changed: std::sync::Condvar,
-    /// Flushes that have returned.
+    /// Flushes (or commits) that have returned.
     pub(crate) flushes: std::sync::atomic::AtomicU64,
+    /// Flushes (or commits) waiting while the gate is closed.
+    pub(crate) held: std::sync::atomic::AtomicU64,
 }
 
 impl FlushGate {
@@ -36,19 +38,26 @@ impl FlushGate {
     }
 
     fn pass(&self) {
+        use std::sync::atomic::Ordering;
         let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
-        while *closed {
-            closed = self.changed.wait(closed).unwrap_or_else(|p| p.into_inner());
+        if *closed {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            while *closed {
+                closed = self.changed.wait(closed).unwrap_or_else(|p| p.into_inner());
+            }
+            self.held.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
 
 /// A memory storage with faults on demand: its first `failures` commits fail (a disk that
-/// recovers), and its flushes wait at `gate` while it is closed (a slow fsync).
+/// recovers), its commits wait at `commit_gate` and its flushes at `gate` while they are
+/// closed (a slow disk, a slow fsync).
 struct FaultyStorage {
     inner: assembler::storage::memory::MemoryStorage,
     failures: std::sync::atomic::AtomicU32,
     gate: std::sync::Arc<FlushGate>,
+    commit_gate: std::sync::Arc<FlushGate>,
 }
 
 impl assembler::storage::Storage for FaultyStorage {
@@ -78,6 +87,7 @@ impl assembler::storage::Storage for FaultyStorage {
     }
     fn commit(&self, set: assembler::storage::WriteSet) -> Result<(), StoreError> {
         use std::sync::atomic::Ordering;
+        self.commit_gate.pass();
         let left = self.failures.load(Ordering::SeqCst);
         if left > 0 {
             self.failures.store(left - 1, Ordering::SeqCst);
@@ -86,7 +96,9 @@ impl assembler::storage::Storage for FaultyStorage {
                 detail: "injected commit failure".into(),
             });
         }
-        self.inner.commit(set)
+        let committed = self.inner.commit(set);
+        self.commit_gate.flushes.fetch_add(1, Ordering::SeqCst);
+        committed
     }
     fn remove(&self, space: assembler::storage::Space, key: &[u8]) -> Result<bool, StoreError> {
         self.inner.remove(space, key)
@@ -104,24 +116,41 @@ impl assembler::storage::Storage for FaultyStorage {
 fn faulty_store(
     failures: u32,
     gate: std::sync::Arc<FlushGate>,
+    commit_gate: std::sync::Arc<FlushGate>,
     config: assembler::Config,
 ) -> Store {
     let storage = FaultyStorage {
         inner: assembler::storage::memory::MemoryStorage::new(),
         failures: std::sync::atomic::AtomicU32::new(failures),
         gate,
+        commit_gate,
     };
     Store::with_storage(std::sync::Arc::new(storage), config).expect("store")
 }
 
 /// A memory store whose first `failures` commits fail, like a disk that recovers.
 pub(crate) fn flaky_store(failures: u32) -> Store {
-    faulty_store(failures, Default::default(), assembler::Config::default())
+    faulty_store(
+        failures,
+        Default::default(),
+        Default::default(),
+        assembler::Config::default(),
+    )
 }
 
 /// A memory store whose flushes wait while `gate` is closed.
 pub(crate) fn gated_store(gate: std::sync::Arc<FlushGate>, config: assembler::Config) -> Store {
-    faulty_store(0, gate, config)
+    faulty_store(0, gate, Default::default(), config)
+}
+
+/// A memory store whose commits wait while `commit_gate` is closed, and its flushes while
+/// `gate` is (each counts what passed it).
+pub(crate) fn commit_gated_store(
+    commit_gate: std::sync::Arc<FlushGate>,
+    gate: std::sync::Arc<FlushGate>,
+    config: assembler::Config,
+) -> Store {
+    faulty_store(0, gate, commit_gate, config)
 }
 
 pub(crate) fn chunk_input(seq: u64) -> OwnedInput {
