@@ -584,3 +584,49 @@ fn outbox_rows_reach_the_relay_only_after_the_flush_that_made_them_durable() {
     s.flush().unwrap();
     assert!(s.outbox_peek(100).unwrap().len() > first.len());
 }
+
+/// The consume loop wakes the relay only when a flush made outbox rows durable
+/// (`Store::take_relay_news`): a fragment that completes nothing writes no row, so its flush
+/// is no news; a row is news once durable, and only once, whichever flush made it so.
+#[test]
+fn only_a_flush_that_made_rows_durable_is_news_for_the_relay_and_only_once() {
+    let s = store();
+    assert!(!s.take_relay_news(), "nothing is news at open");
+    let opening = oa_delta(0, Some("call_a"), Some("get_weather"), "");
+    let applied = s.apply(&chunk("c", "m", 0, &opening), 0).unwrap();
+    assert!(matches!(applied, Applied::Accepted { events: 1 }));
+    assert!(
+        !s.take_relay_news(),
+        "a row written and not yet flushed is not news: the relay cannot publish it"
+    );
+    s.flush().unwrap();
+    assert!(s.take_relay_news(), "tool_call.started made durable");
+    assert!(!s.take_relay_news(), "told once");
+
+    let fragment = oa_delta(0, None, None, "{\"city\":\"Paris\"}");
+    let applied = s.apply(&chunk("c", "m", 1, &fragment), 0).unwrap();
+    assert!(matches!(applied, Applied::Accepted { events: 0 }));
+    s.flush().unwrap();
+    assert!(!s.take_relay_news(), "a flush that made no row durable");
+
+    // rows made durable by one flush are news once, whoever asks after which flush
+    let finish = oa_finish("tool_calls");
+    let applied = s.apply(&chunk("c", "m", 2, &finish), 0).unwrap();
+    assert!(matches!(applied, Applied::Accepted { events: 2 }));
+    s.flush().unwrap();
+    s.flush().unwrap();
+    assert!(s.take_relay_news(), "tool_call.completed made durable");
+    assert!(
+        !s.take_relay_news(),
+        "the second flush made nothing more durable"
+    );
+    assert_eq!(
+        types(&s),
+        [
+            "tool_call.started",
+            "tool_call.completed",
+            "message.completed"
+        ],
+        "every event is there to publish"
+    );
+}

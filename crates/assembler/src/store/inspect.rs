@@ -34,6 +34,7 @@ impl Store {
             inner: Arc::new(Mutex::new(inner)),
             outbox_len: Arc::new(AtomicUsize::new(outbox_len)),
             durable_before: Arc::new(AtomicU64::new(durable_before)),
+            relay_told: Arc::new(AtomicU64::new(durable_before)),
         }))
     }
 }

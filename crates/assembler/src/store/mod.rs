@@ -69,6 +69,8 @@ pub struct Store {
     /// Outbox rows with a key below this are durable (written before the last flush began);
     /// only those are handed to the relay.
     durable_before: Arc<AtomicU64>,
+    /// `durable_before` as [`Store::take_relay_news`] last saw it.
+    relay_told: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -112,6 +114,7 @@ impl Store {
             inner: Arc::new(Mutex::new(inner)),
             outbox_len: Arc::new(AtomicUsize::new(outbox_len)),
             durable_before: Arc::new(AtomicU64::new(durable_before)),
+            relay_told: Arc::new(AtomicU64::new(durable_before)),
         })
     }
 
@@ -221,6 +224,20 @@ impl Store {
         durable(self.storage.as_ref())?;
         self.durable_before.fetch_max(mark, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Whether outbox rows became durable since the last call, by whichever flush: then the
+    /// relay has rows to publish that it may not have seen. Each call takes the news: the next
+    /// says `false` until a flush makes more rows durable. Rows found at open are not news
+    /// (the relay's first round reads them).
+    ///
+    /// A flush that made no row durable (a batch of fragments that completed nothing, the
+    /// usual batch when input is sparse) need not wake the relay for a round that would find
+    /// nothing; and a flush that returns after another one made its rows durable finds them
+    /// told already.
+    pub fn take_relay_news(&self) -> bool {
+        let durable = self.durable_before.load(Ordering::Acquire);
+        self.relay_told.fetch_max(durable, Ordering::AcqRel) < durable
     }
 
     /// Up to `limit` *durable* outbox rows, oldest first. A row becomes visible here only

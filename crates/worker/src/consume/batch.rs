@@ -44,13 +44,6 @@ struct Staged {
     outcomes: Vec<Result<Applied, StoreError>>,
 }
 
-impl Staged {
-    /// Whether any input reached the store (its rows are durable once a flush returns).
-    fn applied_any(&self) -> bool {
-        self.outcomes.iter().any(Result::is_ok)
-    }
-}
-
 /// Fetched messages on their way to durability, in three stages that run at once: fresh
 /// messages waiting to be applied, the batch being applied (one at a time, on the blocking
 /// pool), applied batches waiting for the next flush, and those the running flush covers.
@@ -292,8 +285,9 @@ impl ConsumeLoop {
         if let Some(f) = pipeline.in_flight.take() {
             self.metrics.batch_flush.observe(flush_time);
             // The events are durable now: the relay publishes them while the inputs are
-            // acked, not after (a batch's acks are one publish each).
-            if flushed && f.staged.iter().any(Staged::applied_any) {
+            // acked, not after (a batch's acks are one publish each). A flush that made no
+            // row durable wakes nothing: most batches of sparse input complete nothing.
+            if flushed && self.store.take_relay_news() {
                 self.relay_wake.notify_one();
             }
             for staged in f.staged {
@@ -391,7 +385,7 @@ impl ConsumeLoop {
             work,
             outcomes: result.outcomes,
         };
-        if result.flushed && staged.applied_any() {
+        if result.flushed && self.store.take_relay_news() {
             self.relay_wake.notify_one();
         }
         self.settle(staged, result.flushed).await;

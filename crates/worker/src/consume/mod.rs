@@ -283,10 +283,14 @@ impl ConsumeLoop {
         })
         .await;
         match result {
-            Ok(Ok(0)) => {}
             Ok(Ok(n)) => {
-                tracing::debug!(streams = n, "timeouts applied");
-                self.relay_wake.notify_one();
+                if n > 0 {
+                    tracing::debug!(streams = n, "timeouts applied");
+                }
+                // the timeouts' events, or a batch's that this flush made durable first
+                if self.store.take_relay_news() {
+                    self.relay_wake.notify_one();
+                }
             }
             Ok(Err(e)) => {
                 Metrics::add(&self.metrics.store_errors, 1);

@@ -384,6 +384,57 @@ async fn a_sparse_batch_is_flushed_by_its_apply_task_without_waiting_for_the_loo
     run.stop().await;
 }
 
+/// The relay is woken after a flush only when that flush made outbox rows durable
+/// (`Store::take_relay_news`): a batch of fragments that completes nothing, the usual batch
+/// of sparse input, costs no relay round that would find nothing to publish.
+#[tokio::test]
+async fn the_relay_is_woken_only_by_a_flush_that_made_rows_durable() {
+    use futures::FutureExt;
+    let mut config = Config::default();
+    // no tick during the test: only the batches' flushes wake the relay
+    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
+    let store = Arc::new(Store::open_memory(config.assembler.clone()).expect("memory store"));
+    let run = start_with(config, Arc::clone(&store), |_| async {}).await;
+    let producer = Producer::new(run.js.clone());
+    // each chunk is a batch of its own, settled (acked after its flush and the wake) before
+    // the next is sent
+    let steps = [
+        (
+            openai::call_start(0, "call_1", "f"),
+            true,
+            "tool_call.started",
+        ),
+        (openai::args_chunk(0, "{\"city\":"), false, "a fragment"),
+        (
+            openai::args_chunk(0, "\"Paris\"}"),
+            false,
+            "another fragment",
+        ),
+        (
+            openai::finish_chunk("tool_calls"),
+            true,
+            "tool_call.completed",
+        ),
+    ];
+    for (seq, (body, wakes, what)) in steps.iter().enumerate() {
+        producer
+            .chunk("c1", "m1", "openai-chat", seq as u64, body)
+            .await;
+        wait_settled(&run.js, "toolstream")
+            .await
+            .expect("the chunk is acked");
+        // a wake with no task waiting leaves a permit: taken at once if there is one
+        let woken = run.relay_wake.notified().now_or_never().is_some();
+        assert_eq!(woken, *wakes, "{what}: relay woken {woken}");
+    }
+    assert_eq!(
+        run.store.outbox_len(),
+        3,
+        "started, completed and message.completed wait in the outbox"
+    );
+    run.stop().await;
+}
+
 /// Opens the gate when dropped.
 struct OpenOnDrop(Arc<super::testing::FlushGate>);
 
