@@ -1,8 +1,8 @@
 //! [`RelayTask`]: the loop around relay rounds. It runs a round whenever it is woken (the
-//! consume loop nudges it after each flush), at least every `interval`, back to back while
-//! rows remain, and after a failed round waits with capped exponential backoff
-//! ([`crate::backoff::Backoff`]). When told to stop it drains the outbox for at most
-//! `drain_timeout`.
+//! consume loop nudges it after each flush that made outbox rows durable), at least every
+//! `interval`, back to back while rows remain, and after a failed round waits with capped
+//! exponential backoff ([`crate::backoff::Backoff`]). When told to stop it drains the outbox
+//! for at most `drain_timeout`.
 
 use super::{Relay, Round};
 use crate::backoff::Backoff;

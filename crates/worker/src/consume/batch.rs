@@ -221,24 +221,22 @@ impl ConsumeLoop {
     /// flush, which starts now when none is running (or runs already, in the apply's task),
     /// and the next apply starts.
     pub(super) fn applied(&self, pipeline: &mut Pipeline, done: Option<AppliedBatch>) {
-        match done {
-            Some(AppliedBatch {
-                batch,
-                flush: Some(flush),
-            }) if pipeline.in_flight.is_none() && pipeline.waiting.is_empty() => {
-                // (always so: the task flushes only when it started with none of them)
-                let staged = self.stage(batch);
-                pipeline.in_flight = Some(InFlight {
-                    staged: vec![staged],
-                    flush,
-                });
+        if let Some(AppliedBatch { batch, flush }) = done {
+            let staged = self.stage(batch);
+            match flush {
+                // The task flushes only when it started with no flush running and none
+                // waiting, and only this apply could have changed that: so its flush is the
+                // one in flight now.
+                Some(flush) if pipeline.in_flight.is_none() && pipeline.waiting.is_empty() => {
+                    pipeline.in_flight = Some(InFlight {
+                        staged: vec![staged],
+                        flush,
+                    });
+                }
+                // (were it otherwise, the batch would wait for the next flush, begun after it
+                // like any, and the task's own would only be one flush more)
+                _ => pipeline.waiting.push(staged),
             }
-            // (a flush the task runs besides is harmless: the batch waits for a later one)
-            Some(AppliedBatch { batch, .. }) => {
-                let staged = self.stage(batch);
-                pipeline.waiting.push(staged);
-            }
-            None => {}
         }
         if pipeline.in_flight.is_none() {
             self.start_flush(pipeline);
@@ -471,6 +469,10 @@ impl ConsumeLoop {
                         })
                         .await
                         .unwrap_or(Disposition::NakDelay);
+                        // (its flush made the dead letter durable, after this batch's wake)
+                        if self.store.take_relay_news() {
+                            self.relay_wake.notify_one();
+                        }
                     }
                 }
                 if disposition != Disposition::NakDelay {

@@ -1,9 +1,10 @@
 //! The consume loop (docs/contracts.md, "Consume loop"): fetch a batch → parse subject and
-//! headers into assembler inputs → apply each (one atomic commit each) → ONE flush → ack the
-//! batch → wake the relay. Pipelined ([`batch`]): one apply and one flush at a time run on the
-//! blocking pool while the loop goes on fetching; what was fetched meanwhile is the next
-//! apply's batch, and the batches applied meanwhile share the next flush; a batch is acked
-//! only after a flush that began after it was applied returned.
+//! headers into assembler inputs → apply each (one atomic commit each) → ONE flush → wake the
+//! relay if the flush made outbox rows durable → ack the batch. Pipelined ([`batch`]): one
+//! apply and one flush at a time run on the blocking pool while the loop goes on fetching;
+//! what was fetched meanwhile is the next apply's batch, and the batches applied meanwhile
+//! share the next flush (with none running or waiting, the apply task flushes its batch
+//! itself); a batch is acked only after a flush that began after it was applied returned.
 //!
 //! A message delivered before, or (leased partitions) delivered to an earlier owner that never
 //! acked it, is applied alone behind a durable note ([`poison`]).
@@ -64,7 +65,7 @@ pub struct ConsumeLoop {
     pub subjects: Subjects,
     /// Counters.
     pub metrics: Arc<Metrics>,
-    /// Woken after every flush that may have added outbox rows.
+    /// Woken after a flush that made outbox rows durable (`Store::take_relay_news`).
     pub relay_wake: Arc<Notify>,
     /// Batch size, expiry, delays.
     pub config: ConsumerConfig,

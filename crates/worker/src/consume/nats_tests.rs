@@ -435,6 +435,42 @@ async fn the_relay_is_woken_only_by_a_flush_that_made_rows_durable() {
     run.stop().await;
 }
 
+/// An input the store keeps failing to take is given up on after `max_deliver` attempts:
+/// dead-lettered through the store and flushed while its batch is settled, after that batch's
+/// own wake decision. That flush made a row durable, so the relay is woken for it too, not
+/// left to find it at its next interval.
+#[tokio::test]
+async fn an_input_given_up_on_wakes_the_relay_for_its_dead_letter() {
+    use futures::FutureExt;
+    let mut config = Config::default();
+    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
+    // given up on after its first delivery: every commit of it fails (APPLY_ATTEMPTS in
+    // place), and the dead letter's commit is the first to succeed
+    config.consumer.max_deliver = 1;
+    let store = Arc::new(super::testing::flaky_store(super::apply::APPLY_ATTEMPTS));
+    let run = start_with(config, Arc::clone(&store), |_| async {}).await;
+    let body = openai::call_start(0, "call_1", "f");
+    Producer::new(run.js.clone())
+        .chunk("c1", "m1", "openai-chat", 0, &body)
+        .await;
+    wait_settled(&run.js, "toolstream")
+        .await
+        .expect("the input is settled");
+    assert_eq!(run.metrics.store_errors.load(Ordering::SeqCst), 1);
+    let rows = store.outbox_peek(10).expect("outbox");
+    assert!(
+        rows.iter()
+            .any(|r| r.kind == assembler::OutboxKind::DeadLetter),
+        "its dead letter is durable: {:?}",
+        rows.iter().map(|r| r.kind).collect::<Vec<_>>()
+    );
+    assert!(
+        run.relay_wake.notified().now_or_never().is_some(),
+        "the relay is woken for it"
+    );
+    run.stop().await;
+}
+
 /// Opens the gate when dropped.
 struct OpenOnDrop(Arc<super::testing::FlushGate>);
 
