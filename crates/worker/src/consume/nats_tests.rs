@@ -1,6 +1,7 @@
 //! The consume loop in-process against a real nats-server (started by the testkit): provisioned
 //! by the worker's own code, fed by a producer, its store an in-memory one the test reads.
 
+use super::testing::FlushGate;
 use super::watermark::{now_ms, Settled, Watermark};
 use super::ConsumeLoop;
 use crate::nats::provision;
@@ -92,6 +93,26 @@ where
         stop,
         task,
     }
+}
+
+/// [`start_with`] on a store whose commits wait at `commits` and flushes at `flushes` while
+/// closed, with no tick after the first (its flush would pass a gate too); returns once that
+/// first tick has flushed.
+async fn start_gated(commits: &Arc<FlushGate>, flushes: &Arc<FlushGate>) -> Running {
+    let mut config = Config::default();
+    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
+    let store = Arc::new(super::testing::commit_gated_store(
+        Arc::clone(commits),
+        Arc::clone(flushes),
+        config.assembler.clone(),
+    ));
+    let run = start_with(config, store, |_| async {}).await;
+    let ticked = toolstream_testkit::wait::eventually_async(WAIT, || async {
+        flushes.flushes.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    assert!(ticked.is_some(), "the loop starts with a tick");
+    run
 }
 
 impl Running {
@@ -236,23 +257,12 @@ async fn unacked(js: &jetstream::Context) -> u64 {
 #[tokio::test]
 async fn a_batch_is_acked_only_after_a_flush_begun_after_it_and_batches_applied_meanwhile_share_the_next(
 ) {
-    let gate = Arc::new(super::testing::FlushGate::default());
-    let mut config = Config::default();
-    // no tick during the test: its flush would wait at the gate too
-    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
-    let store = Arc::new(super::testing::gated_store(
-        Arc::clone(&gate),
-        config.assembler.clone(),
-    ));
-    let run = start_with(config, Arc::clone(&store), |_| async {}).await;
+    let gate = Arc::new(FlushGate::default());
+    let run = start_gated(&Default::default(), &gate).await;
+    let store = Arc::clone(&run.store);
     // a test failure must not leave a flush waiting: the runtime would wait for it forever
     let _open_on_drop = OpenOnDrop(Arc::clone(&gate));
-    // the loop's first tick flushes at once; hold the flushes after it
-    let ticked = toolstream_testkit::wait::eventually_async(WAIT, || async {
-        gate.flushes.load(Ordering::SeqCst) >= 1
-    })
-    .await;
-    assert!(ticked.is_some(), "the loop starts with a tick");
+    // hold the flushes after the first tick's
     gate.close();
     let flushes_before = gate.flushes.load(Ordering::SeqCst);
     // one chunk per stream: each is a batch of its own
@@ -315,23 +325,11 @@ async fn a_batch_is_acked_only_after_a_flush_begun_after_it_and_batches_applied_
 /// is let through: the flush still runs, and the batch is acked only after it.
 #[tokio::test]
 async fn a_sparse_batch_is_flushed_by_its_apply_task_without_waiting_for_the_loop() {
-    let commits = Arc::new(super::testing::FlushGate::default());
-    let flushes = Arc::new(super::testing::FlushGate::default());
-    let mut config = Config::default();
-    // no tick during the test: it would flush too
-    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
-    let store = Arc::new(super::testing::commit_gated_store(
-        Arc::clone(&commits),
-        Arc::clone(&flushes),
-        config.assembler.clone(),
-    ));
-    let run = start_with(config, Arc::clone(&store), |_| async {}).await;
+    let commits = Arc::new(FlushGate::default());
+    let flushes = Arc::new(FlushGate::default());
+    let run = start_gated(&commits, &flushes).await;
+    let store = Arc::clone(&run.store);
     let _open_on_drop = OpenOnDrop(Arc::clone(&commits));
-    let ticked = toolstream_testkit::wait::eventually_async(WAIT, || async {
-        flushes.flushes.load(Ordering::SeqCst) >= 1
-    })
-    .await;
-    assert!(ticked.is_some(), "the loop starts with a tick");
     commits.close();
     let flushes_before = flushes.flushes.load(Ordering::SeqCst);
     let body = openai::call_start(0, "call_1", "f");
@@ -472,7 +470,7 @@ async fn an_input_given_up_on_wakes_the_relay_for_its_dead_letter() {
 }
 
 /// Opens the gate when dropped.
-struct OpenOnDrop(Arc<super::testing::FlushGate>);
+struct OpenOnDrop(Arc<FlushGate>);
 
 impl Drop for OpenOnDrop {
     fn drop(&mut self) {

@@ -1,6 +1,6 @@
 //! Test helpers shared by the consume room's unit tests: a storage whose commits fail on
-//! demand ([`flaky_store`]), one whose flushes wait for a gate ([`gated_store`]), one whose
-//! commits wait for a gate too ([`commit_gated_store`]) and a chunk input ([`chunk_input`]).
+//! demand ([`flaky_store`]), one whose commits and flushes wait at gates
+//! ([`commit_gated_store`]) and a chunk input ([`chunk_input`]).
 
 use super::inputs::{parse_message, OwnedInput};
 use assembler::{Store, StoreError};
@@ -136,11 +136,6 @@ pub(crate) fn flaky_store(failures: u32) -> Store {
         Default::default(),
         assembler::Config::default(),
     )
-}
-
-/// A memory store whose flushes wait while `gate` is closed.
-pub(crate) fn gated_store(gate: std::sync::Arc<FlushGate>, config: assembler::Config) -> Store {
-    faulty_store(0, gate, Default::default(), config)
 }
 
 /// A memory store whose commits wait while `commit_gate` is closed, and its flushes while
