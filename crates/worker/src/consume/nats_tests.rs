@@ -1,7 +1,7 @@
 //! The consume loop in-process against a real nats-server (started by the testkit): provisioned
 //! by the worker's own code, fed by a producer, its store an in-memory one the test reads.
 
-use super::testing::FlushGate;
+use super::testing::Gate;
 use super::watermark::{now_ms, Settled, Watermark};
 use super::ConsumeLoop;
 use crate::nats::provision;
@@ -95,20 +95,27 @@ where
     }
 }
 
+/// The default config with no tick after the loop's first: a test that counts flushes or
+/// relay wakes sees only its batches'.
+fn without_ticks() -> Config {
+    let mut config = Config::default();
+    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
+    config
+}
+
 /// [`start_with`] on a store whose commits wait at `commits` and flushes at `flushes` while
 /// closed, with no tick after the first (its flush would pass a gate too); returns once that
 /// first tick has flushed.
-async fn start_gated(commits: &Arc<FlushGate>, flushes: &Arc<FlushGate>) -> Running {
-    let mut config = Config::default();
-    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
-    let store = Arc::new(super::testing::commit_gated_store(
+async fn start_gated(commits: &Arc<Gate>, flushes: &Arc<Gate>) -> Running {
+    let config = without_ticks();
+    let store = Arc::new(super::testing::gated_store(
         Arc::clone(commits),
         Arc::clone(flushes),
         config.assembler.clone(),
     ));
     let run = start_with(config, store, |_| async {}).await;
     let ticked = toolstream_testkit::wait::eventually_async(WAIT, || async {
-        flushes.flushes.load(Ordering::SeqCst) >= 1
+        flushes.passed.load(Ordering::SeqCst) >= 1
     })
     .await;
     assert!(ticked.is_some(), "the loop starts with a tick");
@@ -257,14 +264,14 @@ async fn unacked(js: &jetstream::Context) -> u64 {
 #[tokio::test]
 async fn a_batch_is_acked_only_after_a_flush_begun_after_it_and_batches_applied_meanwhile_share_the_next(
 ) {
-    let gate = Arc::new(FlushGate::default());
+    let gate = Arc::new(Gate::default());
     let run = start_gated(&Default::default(), &gate).await;
     let store = Arc::clone(&run.store);
     // a test failure must not leave a flush waiting: the runtime would wait for it forever
     let _open_on_drop = OpenOnDrop(Arc::clone(&gate));
     // hold the flushes after the first tick's
     gate.close();
-    let flushes_before = gate.flushes.load(Ordering::SeqCst);
+    let flushes_before = gate.passed.load(Ordering::SeqCst);
     // one chunk per stream: each is a batch of its own
     let body = openai::call_start(0, "call_1", "f");
     Producer::new(run.js.clone())
@@ -299,7 +306,7 @@ async fn a_batch_is_acked_only_after_a_flush_begun_after_it_and_batches_applied_
         );
     }
     assert_eq!(
-        gate.flushes.load(Ordering::SeqCst),
+        gate.passed.load(Ordering::SeqCst),
         flushes_before,
         "no flush has returned since"
     );
@@ -310,7 +317,7 @@ async fn a_batch_is_acked_only_after_a_flush_begun_after_it_and_batches_applied_
         .await
         .expect("both batches acked once flushed");
     assert_eq!(
-        gate.flushes.load(Ordering::SeqCst),
+        gate.passed.load(Ordering::SeqCst),
         flushes_before + 2,
         "the held flush, then one flush for the two batches applied meanwhile"
     );
@@ -325,13 +332,13 @@ async fn a_batch_is_acked_only_after_a_flush_begun_after_it_and_batches_applied_
 /// is let through: the flush still runs, and the batch is acked only after it.
 #[tokio::test]
 async fn a_sparse_batch_is_flushed_by_its_apply_task_without_waiting_for_the_loop() {
-    let commits = Arc::new(FlushGate::default());
-    let flushes = Arc::new(FlushGate::default());
+    let commits = Arc::new(Gate::default());
+    let flushes = Arc::new(Gate::default());
     let run = start_gated(&commits, &flushes).await;
     let store = Arc::clone(&run.store);
     let _open_on_drop = OpenOnDrop(Arc::clone(&commits));
     commits.close();
-    let flushes_before = flushes.flushes.load(Ordering::SeqCst);
+    let flushes_before = flushes.passed.load(Ordering::SeqCst);
     let body = openai::call_start(0, "call_1", "f");
     Producer::new(run.js.clone())
         .chunk("c1", "m1", "openai-chat", 0, &body)
@@ -342,7 +349,7 @@ async fn a_sparse_batch_is_flushed_by_its_apply_task_without_waiting_for_the_loo
     .await;
     assert!(held.is_some(), "the chunk's commit waits at the gate");
     assert_eq!(
-        flushes.flushes.load(Ordering::SeqCst),
+        flushes.passed.load(Ordering::SeqCst),
         flushes_before,
         "nothing flushed before the commit"
     );
@@ -351,27 +358,23 @@ async fn a_sparse_batch_is_flushed_by_its_apply_task_without_waiting_for_the_loo
     // back: the loop cannot run.
     commits.open();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while flushes.flushes.load(Ordering::SeqCst) == flushes_before
+    while flushes.passed.load(Ordering::SeqCst) == flushes_before
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(
-        flushes.flushes.load(Ordering::SeqCst),
+        flushes.passed.load(Ordering::SeqCst),
         flushes_before + 1,
         "the batch was flushed while the loop could not run"
     );
-    assert_eq!(
-        commits.flushes.load(Ordering::SeqCst),
-        1,
-        "after its commit"
-    );
+    assert_eq!(commits.passed.load(Ordering::SeqCst), 1, "after its commit");
 
     wait_settled(&run.js, "toolstream")
         .await
         .expect("the batch is acked once flushed");
     assert_eq!(
-        flushes.flushes.load(Ordering::SeqCst),
+        flushes.passed.load(Ordering::SeqCst),
         flushes_before + 1,
         "one flush for the batch: the loop started none of its own"
     );
@@ -388,9 +391,8 @@ async fn a_sparse_batch_is_flushed_by_its_apply_task_without_waiting_for_the_loo
 #[tokio::test]
 async fn the_relay_is_woken_only_by_a_flush_that_made_rows_durable() {
     use futures::FutureExt;
-    let mut config = Config::default();
     // no tick during the test: only the batches' flushes wake the relay
-    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
+    let config = without_ticks();
     let store = Arc::new(Store::open_memory(config.assembler.clone()).expect("memory store"));
     let run = start_with(config, Arc::clone(&store), |_| async {}).await;
     let producer = Producer::new(run.js.clone());
@@ -440,8 +442,7 @@ async fn the_relay_is_woken_only_by_a_flush_that_made_rows_durable() {
 #[tokio::test]
 async fn an_input_given_up_on_wakes_the_relay_for_its_dead_letter() {
     use futures::FutureExt;
-    let mut config = Config::default();
-    config.consumer.tick_interval = HumanDuration(Duration::from_secs(3600));
+    let mut config = without_ticks();
     // given up on after its first delivery: every commit of it fails (APPLY_ATTEMPTS in
     // place), and the dead letter's commit is the first to succeed
     config.consumer.max_deliver = 1;
@@ -470,7 +471,7 @@ async fn an_input_given_up_on_wakes_the_relay_for_its_dead_letter() {
 }
 
 /// Opens the gate when dropped.
-struct OpenOnDrop(Arc<FlushGate>);
+struct OpenOnDrop(Arc<Gate>);
 
 impl Drop for OpenOnDrop {
     fn drop(&mut self) {

@@ -1,6 +1,6 @@
 //! Test helpers shared by the consume room's unit tests: a storage whose commits fail on
-//! demand ([`flaky_store`]), one whose commits and flushes wait at gates
-//! ([`commit_gated_store`]) and a chunk input ([`chunk_input`]).
+//! demand ([`flaky_store`]), one whose commits and flushes wait at gates ([`gated_store`])
+//! and a chunk input ([`chunk_input`]).
 
 use super::inputs::{parse_message, OwnedInput};
 use assembler::{Store, StoreError};
@@ -14,24 +14,24 @@ pub(crate) fn subjects() -> Subjects {
     Subjects::new("toolstream")
 }
 
-/// Holds every flush (or commit) while closed: a disk that takes its time to fsync.
+/// Holds every flush, or every commit, of a store while closed: a disk that takes its time.
 #[derive(Default)]
-pub(crate) struct FlushGate {
+pub(crate) struct Gate {
     closed: std::sync::Mutex<bool>,
     changed: std::sync::Condvar,
-    /// Flushes (or commits) that have returned.
-    pub(crate) flushes: std::sync::atomic::AtomicU64,
+    /// Flushes (or commits) that went through and returned.
+    pub(crate) passed: std::sync::atomic::AtomicU64,
     /// Flushes (or commits) waiting while the gate is closed.
     pub(crate) held: std::sync::atomic::AtomicU64,
 }
 
-impl FlushGate {
-    /// Flushes wait from now on.
+impl Gate {
+    /// Flushes (or commits) wait from now on.
     pub(crate) fn close(&self) {
         *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
     }
 
-    /// Waiting flushes go on, and later ones do not wait.
+    /// Waiting ones go on, and later ones do not wait.
     pub(crate) fn open(&self) {
         *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = false;
         self.changed.notify_all();
@@ -51,13 +51,13 @@ impl FlushGate {
 }
 
 /// A memory storage with faults on demand: its first `failures` commits fail (a disk that
-/// recovers), its commits wait at `commit_gate` and its flushes at `gate` while they are
-/// closed (a slow disk, a slow fsync).
+/// recovers), its commits wait at `commit_gate` and its flushes at `flush_gate` while they
+/// are closed (a slow disk, a slow fsync).
 struct FaultyStorage {
     inner: assembler::storage::memory::MemoryStorage,
     failures: std::sync::atomic::AtomicU32,
-    gate: std::sync::Arc<FlushGate>,
-    commit_gate: std::sync::Arc<FlushGate>,
+    commit_gate: std::sync::Arc<Gate>,
+    flush_gate: std::sync::Arc<Gate>,
 }
 
 impl assembler::storage::Storage for FaultyStorage {
@@ -97,17 +97,17 @@ impl assembler::storage::Storage for FaultyStorage {
             });
         }
         let committed = self.inner.commit(set);
-        self.commit_gate.flushes.fetch_add(1, Ordering::SeqCst);
+        self.commit_gate.passed.fetch_add(1, Ordering::SeqCst);
         committed
     }
     fn remove(&self, space: assembler::storage::Space, key: &[u8]) -> Result<bool, StoreError> {
         self.inner.remove(space, key)
     }
     fn flush(&self) -> Result<(), StoreError> {
-        self.gate.pass();
+        self.flush_gate.pass();
         let r = self.inner.flush();
-        self.gate
-            .flushes
+        self.flush_gate
+            .passed
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         r
     }
@@ -115,15 +115,15 @@ impl assembler::storage::Storage for FaultyStorage {
 
 fn faulty_store(
     failures: u32,
-    gate: std::sync::Arc<FlushGate>,
-    commit_gate: std::sync::Arc<FlushGate>,
+    commit_gate: std::sync::Arc<Gate>,
+    flush_gate: std::sync::Arc<Gate>,
     config: assembler::Config,
 ) -> Store {
     let storage = FaultyStorage {
         inner: assembler::storage::memory::MemoryStorage::new(),
         failures: std::sync::atomic::AtomicU32::new(failures),
-        gate,
         commit_gate,
+        flush_gate,
     };
     Store::with_storage(std::sync::Arc::new(storage), config).expect("store")
 }
@@ -139,13 +139,13 @@ pub(crate) fn flaky_store(failures: u32) -> Store {
 }
 
 /// A memory store whose commits wait while `commit_gate` is closed, and its flushes while
-/// `gate` is (each counts what passed it).
-pub(crate) fn commit_gated_store(
-    commit_gate: std::sync::Arc<FlushGate>,
-    gate: std::sync::Arc<FlushGate>,
+/// `flush_gate` is (each counts what passed it).
+pub(crate) fn gated_store(
+    commit_gate: std::sync::Arc<Gate>,
+    flush_gate: std::sync::Arc<Gate>,
     config: assembler::Config,
 ) -> Store {
-    faulty_store(0, gate, commit_gate, config)
+    faulty_store(0, commit_gate, flush_gate, config)
 }
 
 pub(crate) fn chunk_input(seq: u64) -> OwnedInput {
