@@ -156,6 +156,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     println!();
+    stage_table(&r.metrics);
+    println!();
     println!("  worker /metrics");
     for line in r.metrics.lines().filter(|l| {
         [
@@ -177,4 +179,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
         println!("    {line}");
     }
     r.check(paced_args.timeout)
+}
+
+/// Where an input's time went, from the worker's own histograms (`/metrics`,
+/// [`stats::STAGES`]). Bucket bounds, so each figure is "at most".
+fn stage_table(metrics: &str) {
+    println!("  where the time went (worker /metrics, ms, bucket upper bounds)");
+    println!(
+        "  {:<34} {:>9} {:>9} {:>9} {:>9}",
+        "stage", "n", "p50", "p90", "p99"
+    );
+    for (_, what, bounded) in stats::stages(metrics) {
+        match bounded {
+            Some(b) => println!(
+                "  {:<34} {:>9} {:>9} {:>9} {:>9}",
+                what,
+                b.count,
+                stats::bound_ms(b.p50),
+                stats::bound_ms(b.p90),
+                stats::bound_ms(b.p99)
+            ),
+            None => println!("  {what:<34} {:>9}", "-"),
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! of latency against load.
 
 use crate::drain::Drained;
-use crate::stats::Percentiles;
+use crate::stats::{bound_ms, Bounded, Percentiles};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
@@ -31,6 +31,9 @@ pub struct LoadRow {
     pub offered: f64,
     /// Call-ending chunk published → `tool_call.completed` received.
     pub latency: Option<Percentiles>,
+    /// Where the time went, from the worker's `/metrics` at the end of the run
+    /// ([`crate::stats::stages`]).
+    pub stages: Vec<(&'static str, &'static str, Option<Bounded>)>,
 }
 
 /// Median of `v` (upper median for an even count); `None` when empty.
@@ -168,6 +171,15 @@ pub fn drain_table(rows: &[DrainRow], contenders: &[String]) -> String {
     out
 }
 
+/// The stages the load table shows the p99 of: an input's age when fetched and when durable,
+/// and a relay round.
+const STAGE_KEYS: [&str; 3] = ["fetched", "durable", "relay"];
+
+/// Seconds as ms, `None` past the last bucket.
+fn finite_ms(secs: f64) -> Option<f64> {
+    secs.is_finite().then_some(secs * 1000.0)
+}
+
 /// The latency table.
 pub fn load_table(loads: &[LoadRow], max_rate: f64) -> String {
     let mut out = String::new();
@@ -177,22 +189,40 @@ pub fn load_table(loads: &[LoadRow], max_rate: f64) -> String {
     );
     let _ = writeln!(
         out,
-        "{:>6} {:>12} {:>8} {:>9} {:>9} {:>9} {:>9}",
-        "load", "offered/s", "calls", "p50 ms", "p99 ms", "p99.9 ms", "max ms"
+        "{:>6} {:>12} {:>8} {:>9} {:>9} {:>9} {:>9}   p99 ms, from the worker's histograms: {}",
+        "load",
+        "offered/s",
+        "calls",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "max ms",
+        STAGE_KEYS.join(" / ")
     );
     for l in loads {
         match l.latency {
             Some(p) => {
+                let stages: Vec<String> = STAGE_KEYS
+                    .iter()
+                    .map(|key| {
+                        l.stages
+                            .iter()
+                            .find(|(k, _, _)| k == key)
+                            .and_then(|(_, _, b)| b.as_ref())
+                            .map_or_else(|| "-".to_string(), |b| bound_ms(b.p99))
+                    })
+                    .collect();
                 let _ = writeln!(
                     out,
-                    "{:>5.0}% {:>12.0} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                    "{:>5.0}% {:>12.0} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>9.2}   {}",
                     l.fraction * 100.0,
                     l.offered,
                     p.count,
                     ms(p.p50),
                     ms(p.p99),
                     ms(p.p999),
-                    ms(p.max)
+                    ms(p.max),
+                    stages.join(" / ")
                 );
             }
             None => {
@@ -236,6 +266,15 @@ pub fn to_json(meta: Value, rows: &[DrainRow], loads: &[LoadRow], startup_ms: &[
             "p99_ms": l.latency.map(|p| ms(p.p99)),
             "p999_ms": l.latency.map(|p| ms(p.p999)),
             "max_ms": l.latency.map(|p| ms(p.max)),
+            // bucket upper bounds in ms (null: no observation, or past the last bound)
+            "worker_stages": l.stages.iter().map(|(key, what, b)| json!({
+                "stage": key,
+                "what": what,
+                "count": b.as_ref().map(|b| b.count),
+                "p50_ms_at_most": b.as_ref().and_then(|b| finite_ms(b.p50)),
+                "p90_ms_at_most": b.as_ref().and_then(|b| finite_ms(b.p90)),
+                "p99_ms_at_most": b.as_ref().and_then(|b| finite_ms(b.p99)),
+            })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "start_to_healthy_ms": startup_ms,
     })
@@ -403,15 +442,57 @@ mod tests {
                 fraction: 0.25,
                 offered: 5000.0,
                 latency: Some(p),
+                stages: Vec::new(),
             },
             LoadRow {
                 fraction: 0.5,
                 offered: 10000.0,
                 latency: Some(p),
+                stages: Vec::new(),
             },
         ];
         let svg = latency_svg(&loads, "t");
         assert_eq!(svg.matches("<polyline").count(), 3);
         assert!(svg.starts_with("<svg"));
+    }
+
+    #[test]
+    fn a_latency_row_shows_where_the_time_went_from_the_worker_histograms() {
+        let p = Percentiles {
+            count: 10,
+            p50: Duration::from_millis(5),
+            p90: Duration::from_millis(8),
+            p99: Duration::from_millis(9),
+            p999: Duration::from_millis(10),
+            max: Duration::from_millis(10),
+        };
+        // 100 inputs fetched within 5 ms (99 within 1 ms), durable within 25 ms; no relay
+        // round published anything
+        let metrics = "\
+toolstream_input_lag_seconds_bucket{stage=\"fetched\",le=\"0.001\"} 99
+toolstream_input_lag_seconds_bucket{stage=\"fetched\",le=\"0.005\"} 100
+toolstream_input_lag_seconds_bucket{stage=\"fetched\",le=\"+Inf\"} 100
+toolstream_input_lag_seconds_bucket{stage=\"durable\",le=\"0.005\"} 10
+toolstream_input_lag_seconds_bucket{stage=\"durable\",le=\"0.025\"} 100
+toolstream_input_lag_seconds_bucket{stage=\"durable\",le=\"+Inf\"} 100
+toolstream_relay_round_seconds_bucket{le=\"0.005\"} 0
+toolstream_relay_round_seconds_bucket{le=\"+Inf\"} 0
+";
+        let loads = vec![LoadRow {
+            fraction: 0.25,
+            offered: 5000.0,
+            latency: Some(p),
+            stages: crate::stats::stages(metrics),
+        }];
+        let table = load_table(&loads, 20000.0);
+        assert!(table.contains("fetched / durable / relay"), "{table}");
+        assert!(table.contains("≤ 1 / ≤ 25 / -"), "{table}");
+        let json = to_json(json!({}), &[], &loads, &[]);
+        let stages = &json["latency"][0]["worker_stages"];
+        assert_eq!(stages[0]["stage"], "fetched");
+        assert_eq!(stages[0]["count"], 100);
+        assert_eq!(stages[1]["p50_ms_at_most"], 25.0);
+        assert_eq!(stages[1]["p99_ms_at_most"], 25.0);
+        assert!(stages[4]["count"].is_null(), "no relay round: no figure");
     }
 }

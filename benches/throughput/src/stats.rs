@@ -44,9 +44,133 @@ pub fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
 
+/// Percentiles of one histogram series in a Prometheus text exposition (the worker's
+/// `/metrics`), each given as the upper bound of the bucket it falls in: the figures say
+/// "at most", at the buckets' resolution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bounded {
+    /// Observations.
+    pub count: u64,
+    /// The bound at or below which half of them are, in seconds (`inf` past the last bound).
+    pub p50: f64,
+    /// The same for 90%.
+    pub p90: f64,
+    /// The same for 99%.
+    pub p99: f64,
+}
+
+/// [`Bounded`] percentiles of the histogram `name` (the family, without `_bucket`) in
+/// `metrics`, for the series whose labels (besides `le`) are `labels` as written, e.g.
+/// `stage="durable"` (empty for a series without labels); `None` when it is absent or empty.
+pub fn bounded(metrics: &str, name: &str, labels: &str) -> Option<Bounded> {
+    let prefix = match labels.is_empty() {
+        true => format!("{name}_bucket{{le=\""),
+        false => format!("{name}_bucket{{{labels},le=\""),
+    };
+    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix(&prefix) else {
+            continue;
+        };
+        let (bound, count) = rest.split_once("\"} ")?;
+        let bound = match bound {
+            "+Inf" => f64::INFINITY,
+            b => b.parse().ok()?,
+        };
+        buckets.push((bound, count.trim().parse().ok()?));
+    }
+    let count = buckets.iter().find(|(b, _)| b.is_infinite())?.1;
+    if count == 0 {
+        return None;
+    }
+    // (cumulative counts: the first bucket holding the rank)
+    let at = |p: f64| -> f64 {
+        let rank = (p * count as f64).ceil() as u64;
+        buckets
+            .iter()
+            .find(|(_, n)| *n >= rank)
+            .map_or(f64::INFINITY, |(b, _)| *b)
+    };
+    Some(Bounded {
+        count,
+        p50: at(0.5),
+        p90: at(0.9),
+        p99: at(0.99),
+    })
+}
+
+/// The worker's histograms that say where an input's time went, as (key, what, family,
+/// labels): its age when fetched and when durable (just before its ack; its events are in the
+/// outbox from then), beside a batch's apply and flush and a relay round that published.
+pub const STAGES: [(&str, &str, &str, &str); 5] = [
+    (
+        "fetched",
+        "input age when fetched",
+        "toolstream_input_lag_seconds",
+        "stage=\"fetched\"",
+    ),
+    (
+        "durable",
+        "input age when durable (acked)",
+        "toolstream_input_lag_seconds",
+        "stage=\"durable\"",
+    ),
+    ("apply", "batch apply", "toolstream_batch_apply_seconds", ""),
+    ("flush", "batch flush", "toolstream_batch_flush_seconds", ""),
+    (
+        "relay",
+        "relay round that published",
+        "toolstream_relay_round_seconds",
+        "",
+    ),
+];
+
+/// [`STAGES`] read from the worker's `/metrics`: (key, what, percentiles).
+pub fn stages(metrics: &str) -> Vec<(&'static str, &'static str, Option<Bounded>)> {
+    STAGES
+        .iter()
+        .map(|&(key, what, name, labels)| (key, what, bounded(metrics, name, labels)))
+        .collect()
+}
+
+/// A [`Bounded`] figure in ms ("≤ 2.5"), or "> last bound".
+pub fn bound_ms(secs: f64) -> String {
+    match secs.is_finite() {
+        true => format!("≤ {}", secs * 1000.0),
+        false => "> 2500".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_percentiles_read_one_series_from_cumulative_buckets() {
+        let metrics = "\
+# TYPE lag histogram
+lag_bucket{stage=\"fetched\",le=\"0.001\"} 50
+lag_bucket{stage=\"fetched\",le=\"0.01\"} 95
+lag_bucket{stage=\"fetched\",le=\"0.1\"} 99
+lag_bucket{stage=\"fetched\",le=\"+Inf\"} 100
+lag_bucket{stage=\"durable\",le=\"0.001\"} 0
+lag_bucket{stage=\"durable\",le=\"0.01\"} 0
+lag_bucket{stage=\"durable\",le=\"0.1\"} 0
+lag_bucket{stage=\"durable\",le=\"+Inf\"} 4
+flush_bucket{le=\"0.001\"} 0
+flush_bucket{le=\"+Inf\"} 0
+";
+        let fetched = bounded(metrics, "lag", "stage=\"fetched\"").unwrap();
+        assert_eq!(fetched.count, 100);
+        assert_eq!((fetched.p50, fetched.p90, fetched.p99), (0.001, 0.01, 0.1));
+        let durable = bounded(metrics, "lag", "stage=\"durable\"").unwrap();
+        assert_eq!(durable.count, 4);
+        assert!(durable.p50.is_infinite() && durable.p99.is_infinite());
+        assert_eq!(bounded(metrics, "flush", ""), None, "no observations");
+        assert_eq!(bounded(metrics, "apply", ""), None, "absent");
+        assert_eq!(bound_ms(0.0025), "≤ 2.5");
+        assert_eq!(bound_ms(f64::INFINITY), "> 2500");
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

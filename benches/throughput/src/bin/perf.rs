@@ -260,6 +260,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             fraction,
             offered: r.offered_rate(),
             latency: r.call_latency,
+            stages: toolstream_throughput::stats::stages(&r.metrics),
         };
         eprintln!(
             "   load {:.0}%: offered {:.0}/s, p99 {}",

@@ -91,6 +91,9 @@ pub struct Round {
     pub more: bool,
     /// Why the round stopped early, if it did. Confirmed rows were still deleted.
     pub error: Option<RelayError>,
+    /// How long the round took, from its peek of the outbox to the deletion of the rows
+    /// confirmed.
+    pub took: std::time::Duration,
 }
 
 /// How a row went out.
@@ -153,8 +156,15 @@ impl<P: Publisher> Relay<P> {
         }
     }
 
-    /// Runs one round against `outbox` (see the module docs).
+    /// Runs one round against `outbox` (see the module docs), timed ([`Round::took`]).
     pub async fn round<O: Outbox + ?Sized>(&self, outbox: &Arc<O>) -> Round {
+        let started = tokio::time::Instant::now();
+        let mut round = self.untimed_round(outbox).await;
+        round.took = started.elapsed();
+        round
+    }
+
+    async fn untimed_round<O: Outbox + ?Sized>(&self, outbox: &Arc<O>) -> Round {
         let mut round = Round::default();
         let limit = self.batch;
         let peeked = {

@@ -73,6 +73,9 @@ async fn a_round_deletes_exactly_the_rows_whose_pubacks_arrived() {
     assert_eq!((round.events, round.duplicates), (2, 1));
     assert!(matches!(round.error, Some(RelayError::Ack { ref msg_id, .. }) if msg_id == "ev2"));
     assert_eq!(outbox.keys(), [2], "the unconfirmed row stays");
+    // timed from the peek through its slowest PubAck (the one that never came, given up on
+    // after a second)
+    assert!(round.took >= S, "{:?}", round.took);
     // pipelined: all three sent before any PubAck; deletes only after every PubAck is in
     let steps = log.steps();
     assert_eq!(steps[..3], [sent("ev1"), sent("ev2"), sent("ev3")]);

@@ -22,8 +22,9 @@ use super::delivery::Delivery;
 use super::inputs::{parse_message, OwnedInput, Rejected};
 use super::poison::{apply_alone, apply_noted};
 use super::settle::{give_up_on_storage, Disposition};
+use super::watermark::now_us;
 use super::ConsumeLoop;
-use crate::serve::metrics::Metrics;
+use crate::serve::metrics::{Histogram, InputLag, Metrics};
 use assembler::{Applied, InputKind, StoreError};
 use async_nats::jetstream::{self, AckKind};
 use std::sync::Arc;
@@ -151,8 +152,10 @@ impl ConsumeLoop {
     /// that were merely fetched with it are applied alone too, get no stop recorded, and lose
     /// nothing. (The server redelivers without limit: it never drops a message on its own.)
     pub(super) async fn process(&self, batch: Vec<jetstream::Message>, pipeline: &mut Pipeline) {
+        let now_us = now_us();
         for msg in batch {
             let delivery = Delivery::of(&msg);
+            self.observe_age(&self.metrics.input_lag.fetched, delivery, now_us);
             if self.is_redelivered(&msg, delivery) {
                 self.settle_all(pipeline).await;
                 self.process_alone(msg, delivery).await;
@@ -389,6 +392,14 @@ impl ConsumeLoop {
         self.settle(staged, result.flushed).await;
     }
 
+    /// Records an input's age at a stage (`toolstream_input_lag_seconds`), unless its reply
+    /// subject could not be read (no time it was stored).
+    fn observe_age(&self, stage: &Histogram, delivery: Delivery, now_us: u64) {
+        if delivery.stream_seq > 0 {
+            stage.observe(InputLag::age(delivery.published_us, now_us));
+        }
+    }
+
     /// Parses every message into an assembler input (or the reason it cannot be one).
     fn parse(&self, batch: Vec<(jetstream::Message, Delivery)>) -> Vec<Work> {
         let mut work = Vec::with_capacity(batch.len());
@@ -399,7 +410,7 @@ impl ConsumeLoop {
                 msg.headers.as_ref(),
                 &msg.payload,
                 delivery.stream_seq,
-                delivery.published_ms,
+                delivery.published_ms(),
             );
             match parsed.as_ref().map(|p| p.kind) {
                 Ok(InputKind::Result) => Metrics::add(&self.metrics.results_in, 1),
@@ -428,6 +439,12 @@ impl ConsumeLoop {
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
 
+        if flushed {
+            let now_us = now_us();
+            for w in staged.work.iter().filter(|w| w.parsed.is_ok()) {
+                self.observe_age(&self.metrics.input_lag.durable, w.delivery, now_us);
+            }
+        }
         let mut outcomes = staged.outcomes.into_iter();
         let nak_delay = self.config.nak_delay.get();
         for w in staged.work {

@@ -20,14 +20,19 @@ pub(super) struct Delivery {
     /// Its stream sequence; 0 when the reply subject cannot be read (JetStream numbers a
     /// stream's messages from 1, so 0 means exactly that: unread).
     pub(super) stream_seq: u64,
-    /// When JetStream stored it, ms since the epoch (0 before the epoch; now when the reply
+    /// When JetStream stored it, µs since the epoch (0 before the epoch; now when the reply
     /// subject cannot be read).
-    pub(super) published_ms: u64,
+    pub(super) published_us: u64,
     /// Delivered before by this consumer (a crash, a lost ack, a nak).
     pub(super) delivered_before: bool,
 }
 
 impl Delivery {
+    /// When JetStream stored it, ms since the epoch: the store's clock for the input.
+    pub(super) fn published_ms(&self) -> u64 {
+        self.published_us / 1000
+    }
+
     /// Reads `msg`'s reply subject; a message whose reply subject cannot be read counts as
     /// a first delivery of sequence 0, stored now.
     pub(super) fn of(msg: &jetstream::Message) -> Delivery {
@@ -36,7 +41,7 @@ impl Delivery {
             .and_then(|reply| read_reply(reply.as_str()))
             .unwrap_or_else(|| Delivery {
                 stream_seq: 0,
-                published_ms: now_ms(),
+                published_us: now_ms().saturating_mul(1000),
                 delivered_before: false,
             })
     }
@@ -100,21 +105,25 @@ fn read_reply(reply: &str) -> Option<Delivery> {
     }
     Some(Delivery {
         stream_seq,
-        published_ms: super::watermark::nanos_to_ms(nanos),
+        published_us: nanos_to_us(nanos),
         delivered_before: delivered > 1,
     })
+}
+
+/// A reply subject's timestamp (ns since the epoch) in µs; 0 before the epoch.
+fn nanos_to_us(nanos: i128) -> u64 {
+    u64::try_from(nanos / 1000).unwrap_or(0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consume::watermark::nanos_to_ms;
 
     /// What the loop read with `Message::info` before [`read_reply`].
     fn by_info(msg: &jetstream::Message) -> Option<Delivery> {
         msg.info().ok().map(|info| Delivery {
             stream_seq: info.stream_sequence,
-            published_ms: nanos_to_ms(info.published.unix_timestamp_nanos()),
+            published_us: nanos_to_us(info.published.unix_timestamp_nanos()),
             delivered_before: info.delivered > 1,
         })
     }
@@ -158,7 +167,8 @@ mod tests {
         for reply in cases {
             let read = read_reply(reply).expect(reply);
             assert_eq!(Some(read), by_info(&message(&context, reply)), "{reply}");
-            assert_eq!(read.published_ms, 1_764_264_000_123, "{reply}");
+            assert_eq!(read.published_ms(), 1_764_264_000_123, "{reply}");
+            assert_eq!(read.published_us, 1_764_264_000_123_456, "{reply}");
         }
         assert_eq!(read_reply(cases[0]).map(|d| d.stream_seq), Some(42));
         assert_eq!(read_reply(cases[1]).map(|d| d.delivered_before), Some(true));
@@ -246,6 +256,6 @@ mod tests {
         let before = now_ms();
         let d = Delivery::of(&message(&context, "_INBOX.abc"));
         assert_eq!((d.stream_seq, d.delivered_before), (0, false));
-        assert!(d.published_ms >= before && d.published_ms <= now_ms());
+        assert!(d.published_ms() >= before && d.published_ms() <= now_ms());
     }
 }

@@ -168,6 +168,55 @@ async fn a_published_stream_is_applied_acked_and_the_relay_woken_and_shutdown_st
     run.stop().await;
 }
 
+/// Every input's age since JetStream stored it is counted twice, when fetched and when its
+/// batch is durable (`toolstream_input_lag_seconds`): inputs left waiting 300 ms before the
+/// loop starts are at least that old at both stages, and none is counted at no age.
+#[tokio::test]
+async fn each_input_is_counted_by_its_age_when_fetched_and_when_durable() {
+    let call = Call {
+        id: "call_1".into(),
+        name: "get_weather".into(),
+        args: serde_json::json!({"city": "Paris"}),
+    };
+    let chunks = toolstream_testkit::harness::openai_chat_stream(std::slice::from_ref(&call));
+    let waited = Duration::from_millis(300);
+    let run = start(300_000, |p| async move {
+        p.openai_stream("c1", "m1", &[call]).await;
+        tokio::time::sleep(waited).await;
+    })
+    .await;
+    wait_settled(&run.js, "toolstream")
+        .await
+        .expect("every chunk acked");
+    let lag = &run.metrics.input_lag;
+    let n = chunks.len() as u64;
+    // (acked after the durable count: settled means both are in)
+    assert_eq!(
+        lag.fetched.count(),
+        n,
+        "each input counted once when fetched"
+    );
+    assert_eq!(
+        lag.durable.count(),
+        n,
+        "each input counted once when durable"
+    );
+    for (stage, h) in [("fetched", &lag.fetched), ("durable", &lag.durable)] {
+        // the buckets up to 0.25 s hold nothing: every input was at least 300 ms old
+        let young: u64 = h.bucket_counts().iter().take(9).sum();
+        assert_eq!(young, 0, "{stage}: no input younger than it was");
+        assert!(
+            h.sum_seconds() >= waited.as_secs_f64() * n as f64,
+            "{stage}: the ages add up to at least the wait"
+        );
+    }
+    assert!(
+        lag.durable.sum_seconds() >= lag.fetched.sum_seconds(),
+        "an input is older when durable than when fetched"
+    );
+    run.stop().await;
+}
+
 #[tokio::test]
 async fn an_unroutable_message_goes_to_the_dlq_stream_with_its_reason_and_is_terminated() {
     let run = start(300_000, |p| async move {

@@ -352,6 +352,10 @@ impl Engine {
             let metrics = Arc::clone(&shared.metrics);
             move |round| {
                 Metrics::add(&metrics.events_out, round.events as u64);
+                // (rounds that found nothing to publish are not what an event waits for)
+                if round.events + round.dead_letters > 0 {
+                    metrics.relay_round.observe(round.took);
+                }
                 // rows too large for the server went to the DLQ in their place
                 Metrics::add(&metrics.dead_letters, round.too_large as u64);
                 if round.error.is_some() {

@@ -80,10 +80,52 @@ pub struct Metrics {
     /// Time of one store flush (group commit: it makes every batch applied before it began
     /// durable, so there are at most as many flushes as batches).
     pub batch_flush: Histogram,
+    /// How long after JetStream stored an input the worker reached it, by stage
+    /// (`toolstream_input_lag_seconds`): where an input's latency goes before its event.
+    pub input_lag: InputLag,
+    /// Time of one relay round that published rows, from its peek of the outbox to the
+    /// deletion of the rows confirmed (`toolstream_relay_round_seconds`).
+    pub relay_round: Histogram,
     /// The UI event streams (`GET /v1/conversations/{conv}/events`).
     pub ui_streams: UiStreamMetrics,
     /// Partitions held through leases (`consumer.assignment = "leases"` only).
     pub leases: LeaseMetrics,
+}
+
+/// An input's age, from the moment JetStream stored it (the timestamp in its reply subject,
+/// on the server's clock) to a stage of the worker (on the worker's clock: skew between the
+/// two hosts shifts every figure, and an age the clocks make negative counts as zero).
+#[derive(Debug, Default)]
+pub struct InputLag {
+    /// The worker received it from its pull consumer (`stage="fetched"`): the time in
+    /// JetStream and on the wire, and any backlog ahead of it.
+    pub fetched: Histogram,
+    /// The flush that made its batch durable returned, just before its ack
+    /// (`stage="durable"`): the fetched age plus batching, applying and the flush. Its events
+    /// are in the outbox from here; the relay publishes them next
+    /// (`toolstream_relay_round_seconds`).
+    pub durable: Histogram,
+}
+
+impl InputLag {
+    /// The age now of an input stored at `stored_us` (µs since the epoch), given `now_us`.
+    pub fn age(stored_us: u64, now_us: u64) -> Duration {
+        Duration::from_micros(now_us.saturating_sub(stored_us))
+    }
+
+    fn render_into(&self, out: &mut String) {
+        let name = "toolstream_input_lag_seconds";
+        write_header(
+            out,
+            name,
+            "Age of an input (since JetStream stored it) when the worker fetched it and when its batch was durable, just before its ack.",
+            "histogram",
+        );
+        self.fetched
+            .render_samples(out, name, Some(("stage", "fetched")));
+        self.durable
+            .render_samples(out, name, Some(("stage", "durable")));
+    }
 }
 
 /// Partitions held through leases (`crate::run::leased`): shown on `/metrics` once the worker
@@ -349,6 +391,12 @@ impl Metrics {
             "toolstream_batch_flush_seconds",
             "Time of one store flush (group commit: it covers every batch applied before it began).",
         );
+        self.input_lag.render_into(&mut out);
+        self.relay_round.render_into(
+            &mut out,
+            "toolstream_relay_round_seconds",
+            "Time of one relay round that published rows: peek, publish, PubAcks, delete.",
+        );
         self.ui_streams.render_into(&mut out);
         self.leases.render_into(&mut out);
         out
@@ -373,17 +421,35 @@ impl Histogram {
     /// (ending with `+Inf`), `_sum` and `_count`.
     fn render_into(&self, out: &mut String, name: &str, help: &str) {
         write_header(out, name, help, "histogram");
+        self.render_samples(out, name, None);
+    }
+
+    /// The sample lines alone, with one more label on each when given (several series of one
+    /// family).
+    fn render_samples(&self, out: &mut String, name: &str, label: Option<(&str, &str)>) {
+        let (label, sep) = match label {
+            Some((k, v)) => (format!("{k}=\"{v}\""), ","),
+            None => (String::new(), ""),
+        };
+        let braced = match label.is_empty() {
+            true => String::new(),
+            false => format!("{{{label}}}"),
+        };
         // Read count first: buckets only grow, so clamping keeps the series monotone even while
         // observations race with rendering.
         let count = self.count();
         let mut cumulative = 0u64;
         for (bound, n) in LATENCY_BUCKETS.iter().zip(self.bucket_counts()) {
             cumulative = cumulative.saturating_add(n).min(count);
-            out.push_str(&format!("{name}_bucket{{le=\"{bound}\"}} {cumulative}\n"));
+            out.push_str(&format!(
+                "{name}_bucket{{{label}{sep}le=\"{bound}\"}} {cumulative}\n"
+            ));
         }
-        out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} {count}\n"));
-        out.push_str(&format!("{name}_sum {}\n", self.sum_seconds()));
-        out.push_str(&format!("{name}_count {count}\n"));
+        out.push_str(&format!(
+            "{name}_bucket{{{label}{sep}le=\"+Inf\"}} {count}\n"
+        ));
+        out.push_str(&format!("{name}_sum{braced} {}\n", self.sum_seconds()));
+        out.push_str(&format!("{name}_count{braced} {count}\n"));
     }
 }
 
@@ -412,6 +478,53 @@ mod tests {
         assert!(text.contains("toolstream_batch_apply_seconds_bucket{le=\"+Inf\"} 3\n"));
         assert!(text.contains("toolstream_batch_apply_seconds_count 3\n"));
         assert!(text.contains("toolstream_batch_flush_seconds_count 0\n"));
+    }
+
+    #[test]
+    fn input_lag_renders_one_histogram_family_with_a_series_per_stage() {
+        let m = Metrics::default();
+        let stored = 1_000_000_000;
+        m.input_lag
+            .fetched
+            .observe(InputLag::age(stored, stored + 700)); // le=0.001
+        m.input_lag
+            .durable
+            .observe(InputLag::age(stored, stored + 30_000)); // le=0.05
+                                                              // a clock behind the server's: no negative age, the first bucket
+        m.input_lag
+            .durable
+            .observe(InputLag::age(stored, stored - 5));
+        m.relay_round.observe(Duration::from_millis(3)); // le=0.005
+        let text = m.render(None, None);
+        let name = "toolstream_input_lag_seconds";
+        assert_eq!(
+            text.matches(&format!("# TYPE {name} histogram\n")).count(),
+            1
+        );
+        assert!(text.contains(&format!(
+            "{name}_bucket{{stage=\"fetched\",le=\"0.0005\"}} 0\n"
+        )));
+        assert!(text.contains(&format!(
+            "{name}_bucket{{stage=\"fetched\",le=\"0.001\"}} 1\n"
+        )));
+        assert!(text.contains(&format!(
+            "{name}_bucket{{stage=\"durable\",le=\"0.0005\"}} 1\n"
+        )));
+        assert!(text.contains(&format!(
+            "{name}_bucket{{stage=\"durable\",le=\"0.025\"}} 1\n"
+        )));
+        assert!(text.contains(&format!(
+            "{name}_bucket{{stage=\"durable\",le=\"0.05\"}} 2\n"
+        )));
+        assert!(text.contains(&format!(
+            "{name}_bucket{{stage=\"durable\",le=\"+Inf\"}} 2\n"
+        )));
+        assert!(text.contains(&format!("{name}_count{{stage=\"fetched\"}} 1\n")));
+        assert!(text.contains(&format!("{name}_count{{stage=\"durable\"}} 2\n")));
+        assert!(text.contains(&format!("{name}_sum{{stage=\"fetched\"}} 0.0007\n")));
+        assert!(text.contains("toolstream_relay_round_seconds_bucket{le=\"0.0025\"} 0\n"));
+        assert!(text.contains("toolstream_relay_round_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(text.contains("toolstream_relay_round_seconds_count 1\n"));
     }
 
     #[test]
