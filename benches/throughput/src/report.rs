@@ -427,16 +427,21 @@ mod tests {
         assert_eq!(rows[0].drained.cpu_per_million(), Some(500.0));
     }
 
-    #[test]
-    fn svg_has_a_line_per_percentile() {
-        let p = Percentiles {
+    /// Percentiles of ten latencies, 5 ms at the median.
+    fn ten_samples() -> Percentiles {
+        Percentiles {
             count: 10,
             p50: Duration::from_millis(5),
             p90: Duration::from_millis(8),
             p99: Duration::from_millis(9),
             p999: Duration::from_millis(10),
             max: Duration::from_millis(10),
-        };
+        }
+    }
+
+    #[test]
+    fn svg_has_a_line_per_percentile() {
+        let p = ten_samples();
         let loads = vec![
             LoadRow {
                 fraction: 0.25,
@@ -458,14 +463,7 @@ mod tests {
 
     #[test]
     fn a_latency_row_shows_where_the_time_went_from_the_worker_histograms() {
-        let p = Percentiles {
-            count: 10,
-            p50: Duration::from_millis(5),
-            p90: Duration::from_millis(8),
-            p99: Duration::from_millis(9),
-            p999: Duration::from_millis(10),
-            max: Duration::from_millis(10),
-        };
+        let p = ten_samples();
         // 100 inputs fetched within 5 ms (99 within 1 ms), durable within 25 ms; no relay
         // round published anything
         let metrics = "\

@@ -122,6 +122,15 @@ async fn start_gated(commits: &Arc<Gate>, flushes: &Arc<Gate>) -> Running {
     run
 }
 
+/// One call, `get_weather` for Paris, as `call_1`.
+fn weather_call() -> Call {
+    Call {
+        id: "call_1".into(),
+        name: "get_weather".into(),
+        args: serde_json::json!({"city": "Paris"}),
+    }
+}
+
 impl Running {
     /// Asks the loop to stop and waits for it (a few seconds at most).
     async fn stop(self) {
@@ -135,11 +144,7 @@ impl Running {
 
 #[tokio::test]
 async fn a_published_stream_is_applied_acked_and_the_relay_woken_and_shutdown_stops_the_loop() {
-    let call = Call {
-        id: "call_1".into(),
-        name: "get_weather".into(),
-        args: serde_json::json!({"city": "Paris"}),
-    };
+    let call = weather_call();
     let chunks = toolstream_testkit::harness::openai_chat_stream(std::slice::from_ref(&call));
     let run = start(300_000, |p| async move {
         p.openai_stream("c1", "m1", &[call]).await;
@@ -173,11 +178,7 @@ async fn a_published_stream_is_applied_acked_and_the_relay_woken_and_shutdown_st
 /// loop starts are at least that old at both stages, and none is counted at no age.
 #[tokio::test]
 async fn each_input_is_counted_by_its_age_when_fetched_and_when_durable() {
-    let call = Call {
-        id: "call_1".into(),
-        name: "get_weather".into(),
-        args: serde_json::json!({"city": "Paris"}),
-    };
+    let call = weather_call();
     let chunks = toolstream_testkit::harness::openai_chat_stream(std::slice::from_ref(&call));
     let waited = Duration::from_millis(300);
     let run = start(300_000, |p| async move {

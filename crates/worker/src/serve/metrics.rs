@@ -501,26 +501,19 @@ mod tests {
             text.matches(&format!("# TYPE {name} histogram\n")).count(),
             1
         );
-        assert!(text.contains(&format!(
-            "{name}_bucket{{stage=\"fetched\",le=\"0.0005\"}} 0\n"
-        )));
-        assert!(text.contains(&format!(
-            "{name}_bucket{{stage=\"fetched\",le=\"0.001\"}} 1\n"
-        )));
-        assert!(text.contains(&format!(
-            "{name}_bucket{{stage=\"durable\",le=\"0.0005\"}} 1\n"
-        )));
-        assert!(text.contains(&format!(
-            "{name}_bucket{{stage=\"durable\",le=\"0.025\"}} 1\n"
-        )));
-        assert!(text.contains(&format!(
-            "{name}_bucket{{stage=\"durable\",le=\"0.05\"}} 2\n"
-        )));
-        assert!(text.contains(&format!(
-            "{name}_bucket{{stage=\"durable\",le=\"+Inf\"}} 2\n"
-        )));
-        assert!(text.contains(&format!("{name}_count{{stage=\"fetched\"}} 1\n")));
-        assert!(text.contains(&format!("{name}_count{{stage=\"durable\"}} 2\n")));
+        for (series, value) in [
+            ("_bucket{stage=\"fetched\",le=\"0.0005\"}", 0),
+            ("_bucket{stage=\"fetched\",le=\"0.001\"}", 1),
+            ("_bucket{stage=\"durable\",le=\"0.0005\"}", 1),
+            ("_bucket{stage=\"durable\",le=\"0.025\"}", 1),
+            ("_bucket{stage=\"durable\",le=\"0.05\"}", 2),
+            ("_bucket{stage=\"durable\",le=\"+Inf\"}", 2),
+            ("_count{stage=\"fetched\"}", 1),
+            ("_count{stage=\"durable\"}", 2),
+        ] {
+            let line = format!("\n{name}{series} {value}\n");
+            assert!(text.contains(&line), "{line:?} in {text}");
+        }
         assert!(text.contains(&format!("{name}_sum{{stage=\"fetched\"}} 0.0007\n")));
         assert!(text.contains("toolstream_relay_round_seconds_bucket{le=\"0.0025\"} 0\n"));
         assert!(text.contains("toolstream_relay_round_seconds_bucket{le=\"0.005\"} 1\n"));
