@@ -91,6 +91,8 @@ pub struct Round {
     pub more: bool,
     /// Why the round stopped early, if it did. Confirmed rows were still deleted.
     pub error: Option<RelayError>,
+    /// Rows the peek found (durable rows waiting, up to the round's limit).
+    pub peeked: usize,
     /// How long the round took, from its peek of the outbox to the deletion of the rows
     /// confirmed.
     pub took: std::time::Duration,
@@ -185,6 +187,7 @@ impl<P: Publisher> Relay<P> {
         if rows.is_empty() {
             return round;
         }
+        round.peeked = rows.len();
         round.more = rows.len() >= limit;
 
         // Send everything first (pipelined), stop at the first send error. A row the server can

@@ -76,6 +76,7 @@ async fn a_round_deletes_exactly_the_rows_whose_pubacks_arrived() {
     // timed from the peek through its slowest PubAck (the one that never came, given up on
     // after a second)
     assert!(round.took >= S, "{:?}", round.took);
+    assert_eq!(round.peeked, 3);
     // pipelined: all three sent before any PubAck; deletes only after every PubAck is in
     let steps = log.steps();
     assert_eq!(steps[..3], [sent("ev1"), sent("ev2"), sent("ev3")]);

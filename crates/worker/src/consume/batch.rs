@@ -291,8 +291,10 @@ impl ConsumeLoop {
             if flushed && self.store.take_relay_news() {
                 self.relay_wake.notify_one();
             }
+            // (read once: a later batch's inputs are not made older by the acks before them)
+            let durable_at_us = now_us();
             for staged in f.staged {
-                self.settle(staged, flushed).await;
+                self.settle(staged, flushed, durable_at_us).await;
             }
         }
         self.start_flush(pipeline);
@@ -380,6 +382,7 @@ impl ConsumeLoop {
                 result
             }
         };
+        let durable_at_us = now_us();
         self.metrics.batch_apply.observe(result.apply_time);
         self.metrics.batch_flush.observe(result.flush_time);
         let staged = Staged {
@@ -389,7 +392,7 @@ impl ConsumeLoop {
         if result.flushed && self.store.take_relay_news() {
             self.relay_wake.notify_one();
         }
-        self.settle(staged, result.flushed).await;
+        self.settle(staged, result.flushed, durable_at_us).await;
     }
 
     /// Records an input's age at a stage (`toolstream_input_lag_seconds`), unless its reply
@@ -426,9 +429,10 @@ impl ConsumeLoop {
     }
 
     /// Settles every message of a staged batch once a flush that began after it returned
-    /// (`flushed`: whether it succeeded): one [`Disposition`] each, then the acks. The caller
-    /// has woken the relay already when the flush made rows durable.
-    async fn settle(&self, staged: Staged, flushed: bool) {
+    /// (`flushed`: whether it succeeded; `durable_at_us`: when the loop saw it return): one
+    /// [`Disposition`] each, then the acks. The caller has woken the relay already when the
+    /// flush made rows durable.
+    async fn settle(&self, staged: Staged, flushed: bool, durable_at_us: u64) {
         Metrics::add(&self.metrics.batches, 1);
         #[cfg(feature = "failpoints")]
         crate::run::failpoints::abort_between_flush_and_ack(
@@ -439,15 +443,10 @@ impl ConsumeLoop {
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
 
-        if flushed {
-            let now_us = now_us();
-            for w in staged.work.iter().filter(|w| w.parsed.is_ok()) {
-                self.observe_age(&self.metrics.input_lag.durable, w.delivery, now_us);
-            }
-        }
         let mut outcomes = staged.outcomes.into_iter();
         let nak_delay = self.config.nak_delay.get();
         for w in staged.work {
+            let mut durable_at_us = durable_at_us;
             if !self.holds_lease() {
                 // Another worker owns the partition now and rebuilds it from the stream:
                 // nothing more is acked, nak'd or dead-lettered by this one.
@@ -486,6 +485,8 @@ impl ConsumeLoop {
                         })
                         .await
                         .unwrap_or(Disposition::NakDelay);
+                        // (durable by its own flush, now)
+                        durable_at_us = now_us();
                         // (its flush made the dead letter durable, after this batch's wake)
                         if self.store.take_relay_news() {
                             self.relay_wake.notify_one();
@@ -494,6 +495,9 @@ impl ConsumeLoop {
                 }
                 if disposition != Disposition::NakDelay {
                     self.store_failures.forget(seq);
+                    // its effect is durable and it is acked or terminated now: its age here
+                    // (once per input; an input nak'd is counted when it is settled for good)
+                    self.observe_age(&self.metrics.input_lag.durable, w.delivery, durable_at_us);
                 }
             }
             let kind = match disposition {

@@ -11,7 +11,7 @@
 //! the same values (pinned by a test against `Message::info`), in one pass over the bytes and
 //! without the date: 1,115.
 
-use super::watermark::now_ms;
+use super::watermark::{nanos_to_us, now_us};
 use async_nats::jetstream;
 
 /// What a message's reply subject says of its delivery.
@@ -41,7 +41,7 @@ impl Delivery {
             .and_then(|reply| read_reply(reply.as_str()))
             .unwrap_or_else(|| Delivery {
                 stream_seq: 0,
-                published_us: now_ms().saturating_mul(1000),
+                published_us: now_us(),
                 delivered_before: false,
             })
     }
@@ -110,14 +110,10 @@ fn read_reply(reply: &str) -> Option<Delivery> {
     })
 }
 
-/// A reply subject's timestamp (ns since the epoch) in µs; 0 before the epoch.
-fn nanos_to_us(nanos: i128) -> u64 {
-    u64::try_from(nanos / 1000).unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::consume::watermark::now_ms;
 
     /// What the loop read with `Message::info` before [`read_reply`].
     fn by_info(msg: &jetstream::Message) -> Option<Delivery> {

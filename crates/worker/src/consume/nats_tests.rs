@@ -173,9 +173,10 @@ async fn a_published_stream_is_applied_acked_and_the_relay_woken_and_shutdown_st
     run.stop().await;
 }
 
-/// Every input's age since JetStream stored it is counted twice, when fetched and when its
-/// batch is durable (`toolstream_input_lag_seconds`): inputs left waiting 300 ms before the
-/// loop starts are at least that old at both stages, and none is counted at no age.
+/// Every input's age since JetStream stored it is counted twice, when fetched and when it is
+/// durable and acked (`toolstream_input_lag_seconds`): inputs left waiting 300 ms before the
+/// loop starts are at least that old at both stages, and younger than the last bucket (2.5 s:
+/// an age read in the wrong unit would be years).
 #[tokio::test]
 async fn each_input_is_counted_by_its_age_when_fetched_and_when_durable() {
     let call = weather_call();
@@ -203,18 +204,44 @@ async fn each_input_is_counted_by_its_age_when_fetched_and_when_durable() {
         "each input counted once when durable"
     );
     for (stage, h) in [("fetched", &lag.fetched), ("durable", &lag.durable)] {
+        let buckets = h.bucket_counts();
         // the buckets up to 0.25 s hold nothing: every input was at least 300 ms old
-        let young: u64 = h.bucket_counts().iter().take(9).sum();
+        let young: u64 = buckets.iter().take(9).sum();
         assert_eq!(young, 0, "{stage}: no input younger than it was");
+        // and every one is in a bucket (under 2.5 s), none past the last
+        assert_eq!(buckets.iter().sum::<u64>(), n, "{stage}: {buckets:?}");
         assert!(
             h.sum_seconds() >= waited.as_secs_f64() * n as f64,
             "{stage}: the ages add up to at least the wait"
         );
     }
     assert!(
-        lag.durable.sum_seconds() >= lag.fetched.sum_seconds(),
+        lag.durable.sum_seconds() > lag.fetched.sum_seconds(),
         "an input is older when durable than when fetched"
     );
+    run.stop().await;
+}
+
+/// An input whose apply failed is nak'd, not durable: its age is counted as durable once,
+/// when its redelivery is applied and acked, while each delivery is counted when fetched.
+#[tokio::test]
+async fn an_input_nakd_after_a_failed_apply_is_counted_durable_once_when_acked() {
+    let mut config = without_ticks();
+    config.consumer.nak_delay = HumanDuration(Duration::from_millis(100));
+    // every commit of its first delivery fails (APPLY_ATTEMPTS in place): nak'd, redelivered
+    let store = Arc::new(super::testing::flaky_store(super::apply::APPLY_ATTEMPTS));
+    let run = start_with(config, store, |_| async {}).await;
+    let body = openai::call_start(0, "call_1", "f");
+    Producer::new(run.js.clone())
+        .chunk("c1", "m1", "openai-chat", 0, &body)
+        .await;
+    wait_settled(&run.js, "toolstream")
+        .await
+        .expect("the input is settled");
+    assert_eq!(run.metrics.store_errors.load(Ordering::SeqCst), 1);
+    let lag = &run.metrics.input_lag;
+    assert_eq!(lag.fetched.count(), 2, "both deliveries fetched");
+    assert_eq!(lag.durable.count(), 1, "durable once, when acked");
     run.stop().await;
 }
 

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Wall-clock milliseconds since the Unix epoch (the assembler's clock; it survives restarts).
+/// Wall-clock microseconds since the Unix epoch (an input's age, `Delivery::published_us`).
 pub fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -44,7 +44,7 @@ pub fn now_us() -> u64 {
         .unwrap_or(0)
 }
 
-/// Now, in ms since the epoch (0 before it).
+/// Wall-clock milliseconds since the Unix epoch (the assembler's clock; it survives restarts).
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -152,6 +152,11 @@ pub async fn read<I>(consumer: &PullConsumer, stream: &Stream<I>) -> Option<Sett
 /// A JetStream timestamp (ns since the epoch) in ms (0 before the epoch).
 pub fn nanos_to_ms(nanos: i128) -> u64 {
     u64::try_from(nanos / 1_000_000).unwrap_or(0)
+}
+
+/// A JetStream timestamp (ns since the epoch) in µs; 0 before the epoch.
+pub fn nanos_to_us(nanos: i128) -> u64 {
+    u64::try_from(nanos / 1000).unwrap_or(0)
 }
 
 /// Where one round asks how far one consumer has settled: the server ([`ConsumerOnServer`]),

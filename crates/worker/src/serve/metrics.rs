@@ -83,8 +83,9 @@ pub struct Metrics {
     /// How long after JetStream stored an input the worker reached it, by stage
     /// (`toolstream_input_lag_seconds`): where an input's latency goes before its event.
     pub input_lag: InputLag,
-    /// Time of one relay round that published rows, from its peek of the outbox to the
-    /// deletion of the rows confirmed (`toolstream_relay_round_seconds`).
+    /// Time of one relay round that found rows to publish, from its peek of the outbox to
+    /// the deletion of the rows confirmed, failed rounds included
+    /// (`toolstream_relay_round_seconds`).
     pub relay_round: Histogram,
     /// The UI event streams (`GET /v1/conversations/{conv}/events`).
     pub ui_streams: UiStreamMetrics,
@@ -97,13 +98,15 @@ pub struct Metrics {
 /// two hosts shifts every figure, and an age the clocks make negative counts as zero).
 #[derive(Debug, Default)]
 pub struct InputLag {
-    /// The worker received it from its pull consumer (`stage="fetched"`): the time in
-    /// JetStream and on the wire, and any backlog ahead of it.
+    /// The consume loop took it from the client (`stage="fetched"`; async-nats buffers what
+    /// the pull consumer delivered): the time in JetStream, on the wire and in that buffer,
+    /// and any backlog ahead of it. Every delivery counts: a redelivery is counted again, at
+    /// its age since it was first stored.
     pub fetched: Histogram,
-    /// The flush that made its batch durable returned, just before its ack
-    /// (`stage="durable"`): the fetched age plus batching, applying and the flush. Its events
-    /// are in the outbox from here; the relay publishes them next
-    /// (`toolstream_relay_round_seconds`).
+    /// The loop saw the flush that made it durable return, and it is acked or terminated now
+    /// (`stage="durable"`): the fetched age plus batching, applying and the flush. Counted
+    /// once per input, when it is settled for good (not when it is nak'd). Its events are in
+    /// the outbox from here; the relay publishes them next (`toolstream_relay_round_seconds`).
     pub durable: Histogram,
 }
 
@@ -118,7 +121,7 @@ impl InputLag {
         write_header(
             out,
             name,
-            "Age of an input (since JetStream stored it) when the worker fetched it and when its batch was durable, just before its ack.",
+            "Age of an input (since JetStream stored it) when the consume loop took it from the client, and when it was durable and settled (acked or terminated).",
             "histogram",
         );
         self.fetched
@@ -395,7 +398,7 @@ impl Metrics {
         self.relay_round.render_into(
             &mut out,
             "toolstream_relay_round_seconds",
-            "Time of one relay round that published rows: peek, publish, PubAcks, delete.",
+            "Time of one relay round that found rows to publish: peek, publish, PubAcks, delete.",
         );
         self.ui_streams.render_into(&mut out);
         self.leases.render_into(&mut out);
