@@ -9,7 +9,9 @@
 //! - latency percentiles (p50/p90/p99/max) from the publish of the chunk that ends a call (the
 //!   `finish_reason` chunk) to that call's `tool_call.completed` event, and to the message's
 //!   `message.completed`;
-//! - the worker's own batch apply / flush figures from its `/metrics`.
+//! - where the time went, from the worker's own histograms on its `/metrics`
+//!   ([`stats::stages`]): an input's age when fetched and when durable, a batch's apply and
+//!   flush, a relay round; then its counters and apply / flush buckets as printed.
 //!
 //! Bounded: gives up after `--timeout-secs` and exits non-zero with what arrived.
 //!
@@ -195,9 +197,9 @@ fn stage_table(metrics: &str) {
                 "  {:<34} {:>9} {:>9} {:>9} {:>9}",
                 what,
                 b.count,
-                stats::bound_ms(b.p50),
-                stats::bound_ms(b.p90),
-                stats::bound_ms(b.p99)
+                stats::bound_ms(b.p50, b.last),
+                stats::bound_ms(b.p90, b.last),
+                stats::bound_ms(b.p99, b.last)
             ),
             None => println!("  {what:<34} {:>9}", "-"),
         }

@@ -172,7 +172,7 @@ pub fn drain_table(rows: &[DrainRow], contenders: &[String]) -> String {
 }
 
 /// The stages the load table shows the p99 of: an input's age when fetched and when durable,
-/// and a relay round.
+/// and a relay round that found rows.
 const STAGE_KEYS: [&str; 3] = ["fetched", "durable", "relay"];
 
 /// Seconds as ms, `None` past the last bucket.
@@ -209,7 +209,7 @@ pub fn load_table(loads: &[LoadRow], max_rate: f64) -> String {
                             .iter()
                             .find(|(k, _, _)| k == key)
                             .and_then(|(_, _, b)| b.as_ref())
-                            .map_or_else(|| "-".to_string(), |b| bound_ms(b.p99))
+                            .map_or_else(|| "-".to_string(), |b| bound_ms(b.p99, b.last))
                     })
                     .collect();
                 let _ = writeln!(

@@ -1,4 +1,6 @@
-//! Latency percentiles and the printed table.
+//! Latency percentiles and the printed table; the worker's own histograms read from its
+//! `/metrics` text ([`bounded`], [`stages`]: where an input's time went, "at most" figures at
+//! the buckets' resolution).
 
 use std::time::Duration;
 
@@ -57,6 +59,8 @@ pub struct Bounded {
     pub p90: f64,
     /// The same for 99%.
     pub p99: f64,
+    /// The last finite bucket bound (what "past the last bound" is past).
+    pub last: f64,
 }
 
 /// [`Bounded`] percentiles of the histogram `name` (the family, without `_bucket`) in
@@ -91,17 +95,24 @@ pub fn bounded(metrics: &str, name: &str, labels: &str) -> Option<Bounded> {
             .find(|(_, n)| *n >= rank)
             .map_or(f64::INFINITY, |(b, _)| *b)
     };
+    let last = buckets
+        .iter()
+        .map(|(b, _)| *b)
+        .filter(|b| b.is_finite())
+        .fold(0.0, f64::max);
     Some(Bounded {
         count,
         p50: at(0.5),
         p90: at(0.9),
         p99: at(0.99),
+        last,
     })
 }
 
 /// The worker's histograms that say where an input's time went, as (key, what, family,
-/// labels): its age when fetched and when durable (just before its ack; its events are in the
-/// outbox from then), beside a batch's apply and flush and a relay round that published.
+/// labels): its age when the consume loop took it from the client and when it was durable
+/// and settled (acked; its events are in the outbox from then), beside a batch's apply and
+/// flush and a relay round that found rows to publish.
 pub const STAGES: [(&str, &str, &str, &str); 5] = [
     (
         "fetched",
@@ -111,7 +122,7 @@ pub const STAGES: [(&str, &str, &str, &str); 5] = [
     ),
     (
         "durable",
-        "input age when durable (acked)",
+        "input age when durable (settled)",
         "toolstream_input_lag_seconds",
         "stage=\"durable\"",
     ),
@@ -119,7 +130,7 @@ pub const STAGES: [(&str, &str, &str, &str); 5] = [
     ("flush", "batch flush", "toolstream_batch_flush_seconds", ""),
     (
         "relay",
-        "relay round that published",
+        "relay round that found rows",
         "toolstream_relay_round_seconds",
         "",
     ),
@@ -133,11 +144,11 @@ pub fn stages(metrics: &str) -> Vec<(&'static str, &'static str, Option<Bounded>
         .collect()
 }
 
-/// A [`Bounded`] figure in ms ("≤ 2.5"), or "> last bound".
-pub fn bound_ms(secs: f64) -> String {
+/// A [`Bounded`] figure in ms ("≤ 2.5"), or past the histogram's `last` bound ("> 2500").
+pub fn bound_ms(secs: f64, last: f64) -> String {
     match secs.is_finite() {
         true => format!("≤ {}", secs * 1000.0),
-        false => "> 2500".to_string(),
+        false => format!("> {}", last * 1000.0),
     }
 }
 
@@ -168,8 +179,9 @@ flush_bucket{le=\"+Inf\"} 0
         assert!(durable.p50.is_infinite() && durable.p99.is_infinite());
         assert_eq!(bounded(metrics, "flush", ""), None, "no observations");
         assert_eq!(bounded(metrics, "apply", ""), None, "absent");
-        assert_eq!(bound_ms(0.0025), "≤ 2.5");
-        assert_eq!(bound_ms(f64::INFINITY), "> 2500");
+        assert_eq!(durable.last, 0.1);
+        assert_eq!(bound_ms(0.0025, 2.5), "≤ 2.5");
+        assert_eq!(bound_ms(durable.p99, durable.last), "> 100");
     }
 
     #[test]
