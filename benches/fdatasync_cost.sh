@@ -1,0 +1,36 @@
+#!/bin/sh
+# What the disk under the store costs per flush, alone: COUNT appends of BYTES bytes to a file
+# in DIR, each followed by fdatasync (as a flush appends to its log, then syncs it), and the
+# percentiles of the fdatasync times in ms. Compare with the worker's
+# toolstream_batch_flush_seconds: a flush much slower than its fdatasync waits for CPU, not
+# for the disk.
+# Usage, from the repository root: benches/fdatasync_cost.sh [COUNT] [BYTES] [DIR]
+# (defaults 2000, 2048 and target/: the disk the tests' stores use)
+set -eu
+count=${1:-2000}
+bytes=${2:-2048}
+dir=${3:-${CARGO_TARGET_DIR:-target}}
+for n in "$count" "$bytes"; do
+    case "$n" in '' | *[!0-9]* | 0) echo "$0: '$n' is not a positive number" >&2; exit 2 ;; esac
+done
+[ -d "$dir" ] || { echo "$0: no directory $dir" >&2; exit 1; }
+command -v python3 > /dev/null || { echo "$0: python3 not found (apt-get install python3)" >&2; exit 1; }
+exec python3 - "$count" "$bytes" "$dir" <<'PY'
+import os, sys, tempfile, time
+count, size, where = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+fd, path = tempfile.mkstemp(prefix="fdatasync_cost.", dir=where)
+try:
+    block, took = b"x" * size, []
+    for _ in range(count):
+        os.write(fd, block)
+        t = time.perf_counter()
+        os.fdatasync(fd)
+        took.append((time.perf_counter() - t) * 1000)
+finally:
+    os.close(fd)
+    os.unlink(path)
+took.sort()
+at = lambda p: took[min(len(took) - 1, int(p * len(took)))]
+print("fdatasync after a %d-byte append, %d times, in %s (ms): p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f"
+      % (size, count, where, at(0.5), at(0.9), at(0.99), at(0.999), took[-1]))
+PY
