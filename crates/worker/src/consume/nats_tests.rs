@@ -122,6 +122,23 @@ async fn start_gated(commits: &Arc<Gate>, flushes: &Arc<Gate>) -> Running {
     run
 }
 
+/// A loop with `config` on a store where every commit of the first delivery of its one input
+/// (a call's start chunk) fails, APPLY_ATTEMPTS in place: returns once that input is settled,
+/// with its store error counted.
+async fn one_input_whose_first_delivery_fails(config: Config) -> (Running, Arc<Store>) {
+    let store = Arc::new(super::testing::flaky_store(super::apply::APPLY_ATTEMPTS));
+    let run = start_with(config, Arc::clone(&store), |_| async {}).await;
+    let body = openai::call_start(0, "call_1", "f");
+    Producer::new(run.js.clone())
+        .chunk("c1", "m1", "openai-chat", 0, &body)
+        .await;
+    wait_settled(&run.js, "toolstream")
+        .await
+        .expect("the input is settled");
+    assert_eq!(run.metrics.store_errors.load(Ordering::SeqCst), 1);
+    (run, store)
+}
+
 /// One call, `get_weather` for Paris, as `call_1`.
 fn weather_call() -> Call {
     Call {
@@ -228,17 +245,8 @@ async fn each_input_is_counted_by_its_age_when_fetched_and_when_durable() {
 async fn an_input_nakd_after_a_failed_apply_is_counted_durable_once_when_acked() {
     let mut config = without_ticks();
     config.consumer.nak_delay = HumanDuration(Duration::from_millis(100));
-    // every commit of its first delivery fails (APPLY_ATTEMPTS in place): nak'd, redelivered
-    let store = Arc::new(super::testing::flaky_store(super::apply::APPLY_ATTEMPTS));
-    let run = start_with(config, store, |_| async {}).await;
-    let body = openai::call_start(0, "call_1", "f");
-    Producer::new(run.js.clone())
-        .chunk("c1", "m1", "openai-chat", 0, &body)
-        .await;
-    wait_settled(&run.js, "toolstream")
-        .await
-        .expect("the input is settled");
-    assert_eq!(run.metrics.store_errors.load(Ordering::SeqCst), 1);
+    // nak'd after its first delivery, then redelivered and applied
+    let (run, _store) = one_input_whose_first_delivery_fails(config).await;
     let lag = &run.metrics.input_lag;
     assert_eq!(lag.fetched.count(), 2, "both deliveries fetched");
     assert_eq!(lag.durable.count(), 1, "durable once, when acked");
@@ -523,16 +531,7 @@ async fn an_input_given_up_on_wakes_the_relay_for_its_dead_letter() {
     // given up on after its first delivery: every commit of it fails (APPLY_ATTEMPTS in
     // place), and the dead letter's commit is the first to succeed
     config.consumer.max_deliver = 1;
-    let store = Arc::new(super::testing::flaky_store(super::apply::APPLY_ATTEMPTS));
-    let run = start_with(config, Arc::clone(&store), |_| async {}).await;
-    let body = openai::call_start(0, "call_1", "f");
-    Producer::new(run.js.clone())
-        .chunk("c1", "m1", "openai-chat", 0, &body)
-        .await;
-    wait_settled(&run.js, "toolstream")
-        .await
-        .expect("the input is settled");
-    assert_eq!(run.metrics.store_errors.load(Ordering::SeqCst), 1);
+    let (run, store) = one_input_whose_first_delivery_fails(config).await;
     let rows = store.outbox_peek(10).expect("outbox");
     assert!(
         rows.iter()
