@@ -105,8 +105,10 @@ pub struct InputLag {
     pub fetched: Histogram,
     /// The loop saw the flush that made it durable return, and it is acked or terminated now
     /// (`stage="durable"`): the fetched age plus batching, applying and the flush. Counted
-    /// once per input, when it is settled for good (not when it is nak'd). Its events are in
-    /// the outbox from here; the relay publishes them next (`toolstream_relay_round_seconds`).
+    /// once per input, when it is settled for good (not when it is nak'd); an input refused
+    /// before the store is dead-lettered straight to NATS and counted only when fetched. Its
+    /// events are in the outbox from here; the relay publishes them next
+    /// (`toolstream_relay_round_seconds`).
     pub durable: Histogram,
 }
 
