@@ -128,15 +128,26 @@ async fn start_gated(commits: &Arc<Gate>, flushes: &Arc<Gate>) -> Running {
 async fn one_input_whose_first_delivery_fails(config: Config) -> (Running, Arc<Store>) {
     let store = Arc::new(super::testing::flaky_store(super::apply::APPLY_ATTEMPTS));
     let run = start_with(config, Arc::clone(&store), |_| async {}).await;
-    let body = openai::call_start(0, "call_1", "f");
-    Producer::new(run.js.clone())
-        .chunk("c1", "m1", "openai-chat", 0, &body)
-        .await;
+    publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
     wait_settled(&run.js, "toolstream")
         .await
         .expect("the input is settled");
     assert_eq!(run.metrics.store_errors.load(Ordering::SeqCst), 1);
     (run, store)
+}
+
+/// Publishes the first chunk of `conv`/`msg`'s openai-chat stream (number 0): the start of
+/// call `id` to function `name`.
+async fn publish_call_start(
+    js: &jetstream::Context,
+    (conv, msg): (&str, &str),
+    id: &str,
+    name: &str,
+) {
+    let body = openai::call_start(0, id, name);
+    Producer::new(js.clone())
+        .chunk(conv, msg, "openai-chat", 0, &body)
+        .await;
 }
 
 /// One call, `get_weather` for Paris, as `call_1`.
@@ -358,10 +369,7 @@ async fn a_batch_is_acked_only_after_a_flush_begun_after_it_and_batches_applied_
     gate.close();
     let flushes_before = gate.passed.load(Ordering::SeqCst);
     // one chunk per stream: each is a batch of its own
-    let body = openai::call_start(0, "call_1", "f");
-    Producer::new(run.js.clone())
-        .chunk("c1", "m1", "openai-chat", 0, &body)
-        .await;
+    publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
     let stored = |conv: &'static str, msg: &'static str| {
         let store = Arc::clone(&store);
         move || {
@@ -380,10 +388,7 @@ async fn a_batch_is_acked_only_after_a_flush_begun_after_it_and_batches_applied_
     // two more chunks arrive, one after the other, while the first flush is held: both are
     // applied, and wait
     for (conv, msg, id) in [("c2", "m2", "call_2"), ("c3", "m3", "call_3")] {
-        let body = openai::call_start(0, id, "g");
-        Producer::new(run.js.clone())
-            .chunk(conv, msg, "openai-chat", 0, &body)
-            .await;
+        publish_call_start(&run.js, (conv, msg), id, "g").await;
         let applied = toolstream_testkit::wait::eventually_async(WAIT, stored(conv, msg)).await;
         assert!(
             applied.is_some(),
@@ -424,10 +429,7 @@ async fn a_sparse_batch_is_flushed_by_its_apply_task_without_waiting_for_the_loo
     let _open_on_drop = OpenOnDrop(Arc::clone(&commits));
     commits.close();
     let flushes_before = flushes.passed.load(Ordering::SeqCst);
-    let body = openai::call_start(0, "call_1", "f");
-    Producer::new(run.js.clone())
-        .chunk("c1", "m1", "openai-chat", 0, &body)
-        .await;
+    publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
     let held = toolstream_testkit::wait::eventually_async(WAIT, || async {
         commits.held.load(Ordering::SeqCst) == 1
     })
