@@ -46,10 +46,7 @@ pub fn now_us() -> u64 {
 
 /// Wall-clock milliseconds since the Unix epoch (the assembler's clock; it survives restarts).
 pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    now_us() / 1000
 }
 
 /// Taken off a caught-up reading: the longest a message may be stamped before the consumer
@@ -151,7 +148,7 @@ pub async fn read<I>(consumer: &PullConsumer, stream: &Stream<I>) -> Option<Sett
 
 /// A JetStream timestamp (ns since the epoch) in ms (0 before the epoch).
 pub fn nanos_to_ms(nanos: i128) -> u64 {
-    u64::try_from(nanos / 1_000_000).unwrap_or(0)
+    nanos_to_us(nanos) / 1000
 }
 
 /// A JetStream timestamp (ns since the epoch) in µs; 0 before the epoch.
