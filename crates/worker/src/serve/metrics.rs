@@ -432,13 +432,10 @@ impl Histogram {
     /// The sample lines alone, with one more label on each when given (several series of one
     /// family).
     fn render_samples(&self, out: &mut String, name: &str, label: Option<(&str, &str)>) {
-        let (label, sep) = match label {
-            Some((k, v)) => (format!("{k}=\"{v}\""), ","),
-            None => (String::new(), ""),
-        };
-        let braced = match label.is_empty() {
-            true => String::new(),
-            false => format!("{{{label}}}"),
+        // (`first`: the label before `le` in a bucket's braces; `braced`: alone, in its own)
+        let (first, braced) = match label {
+            Some((k, v)) => (format!("{k}=\"{v}\","), format!("{{{k}=\"{v}\"}}")),
+            None => (String::new(), String::new()),
         };
         // Read count first: buckets only grow, so clamping keeps the series monotone even while
         // observations race with rendering.
@@ -447,12 +444,10 @@ impl Histogram {
         for (bound, n) in LATENCY_BUCKETS.iter().zip(self.bucket_counts()) {
             cumulative = cumulative.saturating_add(n).min(count);
             out.push_str(&format!(
-                "{name}_bucket{{{label}{sep}le=\"{bound}\"}} {cumulative}\n"
+                "{name}_bucket{{{first}le=\"{bound}\"}} {cumulative}\n"
             ));
         }
-        out.push_str(&format!(
-            "{name}_bucket{{{label}{sep}le=\"+Inf\"}} {count}\n"
-        ));
+        out.push_str(&format!("{name}_bucket{{{first}le=\"+Inf\"}} {count}\n"));
         out.push_str(&format!("{name}_sum{braced} {}\n", self.sum_seconds()));
         out.push_str(&format!("{name}_count{braced} {count}\n"));
     }
