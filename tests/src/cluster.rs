@@ -33,7 +33,8 @@ pub struct NatsCluster {
 }
 
 impl NatsCluster {
-    /// Starts three nodes of `bin` and waits until the cluster has a JetStream meta leader.
+    /// Starts three nodes of `bin` and waits until the cluster is formed: every node routes to
+    /// both others, all agree on a JetStream meta leader, and every node is current with it.
     pub fn start(bin: &ServerBin) -> Result<NatsCluster, HarnessError> {
         NatsCluster::start_with_config(bin, "")
     }
@@ -103,7 +104,14 @@ impl NatsCluster {
         for i in 0..3 {
             cluster.wait_port(i)?;
         }
+        // A leader is not enough: on CI a leader killed 5 ms after the first election, while
+        // the other two had no route to each other yet, left nats-server 2.9.10 without a meta
+        // leader for 30 s. A formed cluster is a full mesh whose members all caught up.
+        cluster.wait_mesh(START_LIMIT)?;
         cluster.wait_meta_leader(START_LIMIT)?;
+        for i in 0..3 {
+            cluster.wait_current(i, START_LIMIT)?;
+        }
         Ok(cluster)
     }
 
@@ -279,6 +287,46 @@ impl NatsCluster {
                     .unwrap_or(false)
             })
             .collect()
+    }
+
+    /// The distinct servers node `i` has a route to (from its `/routez`; 2.10 and later pool
+    /// several connections per server, so connections are counted by remote id).
+    pub fn routed_peers(&self, i: usize) -> Option<usize> {
+        let (status, body) = http_get(self.nodes[i].http_port, "/routez")?;
+        if status != 200 {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let mut ids: Vec<&str> = v["routes"]
+            .as_array()?
+            .iter()
+            .filter_map(|r| r["remote_id"].as_str())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Some(ids.len())
+    }
+
+    /// Waits until every running node has a route to every other running node.
+    pub fn wait_mesh(&mut self, limit: Duration) -> Result<(), HarnessError> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let running: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.is_running(i))
+                .collect();
+            let seen: Vec<Option<usize>> = running.iter().map(|&i| self.routed_peers(i)).collect();
+            if seen.iter().all(|n| *n == Some(running.len() - 1)) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(HarnessError(format!(
+                    "no full mesh of routes within {limit:?} (running {running:?} route to \
+                     {seen:?} servers each); logs:\n{}",
+                    self.logs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Waits until every running node names the same, running JetStream meta leader; its name.

@@ -437,6 +437,9 @@ mod tests {
                     ![client, route, http].contains(&4222),
                     "{bin}: node {i} on 4222"
                 );
+                // started means formed: a full mesh, so losing any one node leaves a route
+                // between the other two
+                assert_eq!(cluster.routed_peers(i), Some(2), "{bin}: node {i}'s routes");
             }
             let leader = cluster.wait_meta_leader(Duration::from_secs(30)).unwrap();
             let k = cluster.index_of(&leader).expect("leader is one of n1..n3");
@@ -450,6 +453,7 @@ mod tests {
                 .expect("restart on the same ports and store");
             assert_eq!(cluster.ports(k).0, client_port);
             cluster.wait_current(k, Duration::from_secs(30)).unwrap();
+            cluster.wait_mesh(Duration::from_secs(30)).unwrap();
             assert!(cluster.store_dir(k).exists());
             assert!(cluster.log(k).contains(&bin.version), "{bin}");
         }
