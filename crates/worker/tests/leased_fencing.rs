@@ -298,32 +298,40 @@ async fn a_partition_handed_back_and_forth_without_input_reads_nothing_again() {
         || tail(&b.log(), 30),
     )
     .await;
-    // b leaves at once, having acked nothing: partition 1 goes back to a
+    // b leaves at once, having acked nothing: partition 1 goes back to a. a's own first
+    // ownership may have logged no caught-up line (handed off within the report's first poll),
+    // so the take-back is the line of an epoch above b's, not the second line.
+    let b_epoch = caught_up(&b.log(), 1)
+        .last()
+        .map(|(e, _)| *e)
+        .expect("b's caught-up line names its epoch");
     assert!(b.terminate(), "b stops cleanly:\n{}", tail(&b.log(), 30));
-    let back = |log: &str| {
-        log.lines()
-            .filter(|l| l.contains("partition caught up") && l.contains("partition=1 "))
-            .count()
-    };
+    let back = |log: &str| caught_up(log, 1).into_iter().find(|(e, _)| *e > b_epoch);
     wait_for(
         "a took partition 1 back",
-        || async { back(&a.log()) >= 2 },
+        || async { back(&a.log()).is_some() },
         || tail(&a.log(), 30),
     )
     .await;
-    let log = a.log();
-    let last = log
-        .lines()
-        .rev()
-        .find(|l| l.contains("partition caught up") && l.contains("partition=1 "))
-        .unwrap_or_default()
-        .to_string();
+    let (_, last) = back(&a.log()).unwrap();
     assert!(
         last.contains("inputs=0 "),
         "a read partition 1's input again after b's checkpoint: {last}\n{}",
         tail(&a.log(), 40)
     );
     assert!(a.terminate());
+}
+
+/// The `partition caught up` lines of partition `k` in `log`, with their epochs.
+fn caught_up(log: &str, k: u32) -> Vec<(u64, String)> {
+    let of_k = format!("partition={k} ");
+    log.lines()
+        .filter(|l| l.contains("partition caught up") && l.contains(&of_k))
+        .filter_map(|l| {
+            let e = l.split("epoch=").nth(1)?.split(' ').next()?.parse().ok()?;
+            Some((e, l.to_string()))
+        })
+        .collect()
 }
 
 /// A worker started with another `--partitions` than the running ones used to take leases
