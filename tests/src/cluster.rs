@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How long a node may take to answer on its port, or the cluster to elect a leader.
+/// How long a node may take to answer on its port, or the cluster to form (each of: a full
+/// mesh of routes, an agreed meta leader, every node current).
 const START_LIMIT: Duration = Duration::from_secs(30);
 
 /// The cluster name the nodes share.
@@ -108,6 +109,14 @@ impl NatsCluster {
         // the other two had no route to each other yet, left nats-server 2.9.10 without a meta
         // leader for 30 s. A formed cluster is a full mesh whose members all caught up.
         cluster.wait_mesh(START_LIMIT)?;
+        // (a node that died after answering on its port would only time out below)
+        if let Some(i) = (0..3).find(|&i| !cluster.is_running(i)) {
+            return Err(HarnessError(format!(
+                "{} exited while the cluster formed; log:\n{}",
+                cluster.nodes[i].name,
+                tail(&cluster.log(i), 30)
+            )));
+        }
         cluster.wait_meta_leader(START_LIMIT)?;
         for i in 0..3 {
             cluster.wait_current(i, START_LIMIT)?;
@@ -301,13 +310,15 @@ impl NatsCluster {
             .as_array()?
             .iter()
             .filter_map(|r| r["remote_id"].as_str())
+            .filter(|id| !id.is_empty())
             .collect();
         ids.sort_unstable();
         ids.dedup();
         Some(ids.len())
     }
 
-    /// Waits until every running node has a route to every other running node.
+    /// Waits until every running node has a route to every other running node (never true
+    /// while no node runs).
     pub fn wait_mesh(&mut self, limit: Duration) -> Result<(), HarnessError> {
         let deadline = Instant::now() + limit;
         loop {
@@ -315,7 +326,8 @@ impl NatsCluster {
                 .filter(|&i| self.is_running(i))
                 .collect();
             let seen: Vec<Option<usize>> = running.iter().map(|&i| self.routed_peers(i)).collect();
-            if seen.iter().all(|n| *n == Some(running.len() - 1)) {
+            let others = running.len().saturating_sub(1);
+            if !running.is_empty() && seen.iter().all(|n| *n == Some(others)) {
                 return Ok(());
             }
             if Instant::now() > deadline {

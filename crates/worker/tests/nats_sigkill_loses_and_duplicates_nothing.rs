@@ -223,13 +223,18 @@ async fn input_leader_other_than(js: &jetstream::Context, not: Option<&str>) -> 
     .unwrap_or_else(|| panic!("TOOLSTREAM_IN has no leader (other than {not:?})"))
 }
 
-/// Starts node `k` again on the same ports and store and waits until it has caught up.
+/// Starts node `k` again on the same ports and store and waits until it has caught up and
+/// routes to both others again: the next step kills another node, and the two left must
+/// reach each other to elect leaders (the cluster harness's start waits for the same).
 fn bring_back(cluster: &mut NatsCluster, k: usize) {
     cluster
         .restart(k)
         .unwrap_or_else(|e| panic!("restart {}: {e}", cluster.name(k)));
     cluster
         .wait_current(k, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}"));
+    cluster
+        .wait_mesh(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
