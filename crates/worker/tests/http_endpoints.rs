@@ -57,12 +57,17 @@ async fn metrics_counters_move_with_real_traffic() {
         )
         .await;
 
-    // Counters are updated after the PubAck/flush; poll until they settle.
+    // Counters are updated after the PubAck/flush (an input's durable age when its ack is
+    // sent, after the flush that woke the relay); poll until they settle.
+    let n_chunks = (chunks.len() * 2) as f64;
+    let inputs = n_chunks + 1.0;
+    let durable = "toolstream_input_lag_seconds_count{stage=\"durable\"}";
     let polled = &worker;
     let settled = eventually_async(WAIT, || async move {
         let (_, body) = polled.get("/metrics").await.expect("GET /metrics");
         (sample(&body, "toolstream_events_out_total") == Some(11.0)
-            && sample(&body, "toolstream_outbox_depth") == Some(0.0))
+            && sample(&body, "toolstream_outbox_depth") == Some(0.0)
+            && sample(&body, durable) == Some(inputs))
         .then_some(body)
     })
     .await;
@@ -70,7 +75,6 @@ async fn metrics_counters_move_with_real_traffic() {
         let (_, body) = worker.get("/metrics").await.expect("GET /metrics");
         panic!("metrics did not settle:\n{body}");
     };
-    let n_chunks = (chunks.len() * 2) as f64;
     assert_eq!(sample(&after, "toolstream_chunks_in_total"), Some(n_chunks));
     assert_eq!(sample(&after, "toolstream_results_in_total"), Some(1.0));
     assert_eq!(sample(&after, "toolstream_dead_letters_total"), Some(0.0));
@@ -92,6 +96,32 @@ async fn metrics_counters_move_with_real_traffic() {
     assert_eq!(
         sample(&after, "toolstream_batch_apply_seconds_bucket{le=\"+Inf\"}"),
         Some(batches)
+    );
+    // where an input's time goes (README "Where an input's time goes"), from the shipped
+    // binary: each input (chunks and the result, none redelivered) counted once when fetched
+    // and once when durable, every age in a finite bucket (an age in the wrong unit would be
+    // years: +Inf only), and relay rounds that found the 11 events, at most one per event
+    for stage in ["fetched", "durable"] {
+        let series = |part: &str, le: &str| {
+            format!("toolstream_input_lag_seconds_{part}{{stage=\"{stage}\"{le}}}")
+        };
+        assert_eq!(
+            sample(&after, &series("count", "")),
+            Some(inputs),
+            "{stage}"
+        );
+        assert_eq!(
+            sample(&after, &series("bucket", ",le=\"2.5\"")),
+            Some(inputs),
+            "{stage}: every age under 2.5 s"
+        );
+        let sum = sample(&after, &series("sum", "")).expect("sum");
+        assert!((0.0..inputs * 2.5).contains(&sum), "{stage} sum {sum}");
+    }
+    let rounds = sample(&after, "toolstream_relay_round_seconds_count").expect("relay rounds");
+    assert!(
+        (1.0..=11.0).contains(&rounds),
+        "between one relay round and one per event: {rounds}"
     );
 }
 
