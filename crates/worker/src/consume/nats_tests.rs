@@ -8,7 +8,7 @@ use crate::nats::provision;
 use crate::run::config::Config;
 use crate::run::duration::HumanDuration;
 use crate::run::shutdown::{self, Trigger};
-use crate::serve::metrics::Metrics;
+use crate::serve::metrics::{InputLag, Metrics};
 use assembler::Store;
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use chunk_model::wire::Subjects;
@@ -107,7 +107,11 @@ fn without_ticks() -> Config {
 /// closed, with no tick after the first (its flush would pass a gate too); returns once that
 /// first tick has flushed.
 async fn start_gated(commits: &Arc<Gate>, flushes: &Arc<Gate>) -> Running {
-    let config = without_ticks();
+    start_gated_with(without_ticks(), commits, flushes).await
+}
+
+/// [`start_gated`] with `config` (whose ticks must be as rare as [`without_ticks`]').
+async fn start_gated_with(config: Config, commits: &Arc<Gate>, flushes: &Arc<Gate>) -> Running {
     let store = Arc::new(super::testing::gated_store(
         Arc::clone(commits),
         Arc::clone(flushes),
@@ -221,16 +225,7 @@ async fn each_input_is_counted_by_its_age_when_fetched_and_when_durable() {
     let lag = &run.metrics.input_lag;
     let n = chunks.len() as u64;
     // (acked after the durable count: settled means both are in)
-    assert_eq!(
-        lag.fetched.count(),
-        n,
-        "each input counted once when fetched"
-    );
-    assert_eq!(
-        lag.durable.count(),
-        n,
-        "each input counted once when durable"
-    );
+    assert_lag_counts(lag, n, n);
     for (stage, h) in [("fetched", &lag.fetched), ("durable", &lag.durable)] {
         let buckets = h.bucket_counts();
         // the buckets up to 0.25 s hold nothing: every input was at least 300 ms old
@@ -258,10 +253,37 @@ async fn an_input_nakd_after_a_failed_apply_is_counted_durable_once_when_acked()
     config.consumer.nak_delay = HumanDuration(Duration::from_millis(100));
     // nak'd after its first delivery, then redelivered and applied
     let (run, _store) = one_input_whose_first_delivery_fails(config).await;
-    let lag = &run.metrics.input_lag;
-    assert_eq!(lag.fetched.count(), 2, "both deliveries fetched");
-    assert_eq!(lag.durable.count(), 1, "durable once, when acked");
+    // both deliveries fetched, durable once: when acked
+    assert_lag_counts(&run.metrics.input_lag, 2, 1);
     run.stop().await;
+}
+
+/// The same when the apply went through and the flush after it failed: the batch is nak'd,
+/// and its input counted as durable only when the flush after its redelivery returned.
+#[tokio::test]
+async fn an_input_nakd_after_a_failed_flush_is_counted_durable_once_when_acked() {
+    let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let mut config = without_ticks();
+    config.consumer.nak_delay = HumanDuration(Duration::from_millis(100));
+    // (returns after the loop's first tick flushed: the failure is the input's flush's)
+    let run = start_gated_with(config, &commits, &flushes).await;
+    flushes.fail_next(1);
+    publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
+    wait_settled(&run.js, "toolstream")
+        .await
+        .expect("the input is settled after its redelivery");
+    // nak'd after the failed flush and redelivered (fetched twice), durable once
+    assert_lag_counts(&run.metrics.input_lag, 2, 1);
+    run.stop().await;
+}
+
+/// Asserts how many deliveries `lag` counted when fetched, and how many inputs when durable.
+fn assert_lag_counts(lag: &InputLag, fetched: u64, durable: u64) {
+    assert_eq!(
+        (lag.fetched.count(), lag.durable.count()),
+        (fetched, durable),
+        "(fetched, durable) counts"
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! Test helpers shared by the consume room's unit tests: a storage whose commits fail on
-//! demand ([`flaky_store`]), one whose commits and flushes wait at gates ([`gated_store`])
-//! and a chunk input ([`chunk_input`]).
+//! demand ([`flaky_store`]), one whose commits and flushes wait at gates ([`gated_store`],
+//! whose flush gate can also fail flushes: [`Gate::fail_next`]) and a chunk input
+//! ([`chunk_input`]).
 
 use super::inputs::{parse_message, OwnedInput};
 use assembler::{Store, StoreError};
@@ -23,6 +24,8 @@ pub(crate) struct Gate {
     pub(crate) passed: std::sync::atomic::AtomicU64,
     /// Flushes (or commits) waiting while the gate is closed.
     pub(crate) held: std::sync::atomic::AtomicU64,
+    /// Flushes that fail instead of going through (a disk error), counted down.
+    failing: std::sync::atomic::AtomicU32,
 }
 
 impl Gate {
@@ -35,6 +38,19 @@ impl Gate {
     pub(crate) fn open(&self) {
         *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = false;
         self.changed.notify_all();
+    }
+
+    /// The next `n` flushes through this gate fail, as on a disk error (commits ignore it).
+    pub(crate) fn fail_next(&self, n: u32) {
+        self.failing.store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether this flush is one of those that fail (counting it).
+    fn take_failure(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.failing
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     fn pass(&self) {
@@ -105,6 +121,13 @@ impl assembler::storage::Storage for FaultyStorage {
     }
     fn flush(&self) -> Result<(), StoreError> {
         self.flush_gate.pass();
+        if self.flush_gate.take_failure() {
+            return Err(StoreError::Backend {
+                backend: "test",
+                kind: assembler::BackendErrorKind::Io,
+                detail: "injected flush failure".into(),
+            });
+        }
         let r = self.inner.flush();
         self.flush_gate
             .passed
