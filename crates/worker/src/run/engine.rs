@@ -760,10 +760,14 @@ async fn report_caught_up(
 /// How often [`report_caught_up`] looks at the consumers.
 const CAUGHT_UP_POLL: Duration = Duration::from_millis(100);
 
-/// Every [`CAUGHT_UP_POLL`], while `guard` holds, asks `look` for the inputs delivered once
-/// every consumer is past the backlog (`None` while one is behind or cannot be read); the
-/// first answer that comes while the guard still holds and the engine runs is returned.
-/// `None` once `stop` is asked for, also in the middle of a look.
+/// At once, then every [`CAUGHT_UP_POLL`], while `guard` holds, asks `look` for the inputs
+/// delivered once every consumer is past the backlog (`None` while one is behind or cannot be
+/// read); the first answer that comes while the guard still holds and the engine runs is
+/// returned. `None` once `stop` is asked for, also in the middle of a look.
+///
+/// The first look is at once: an engine with nothing to catch up says so within a round trip
+/// to the server, and one handed off a few ms after it started still had its line (when the
+/// first look came after a poll, a hand-off within 100 ms left no line for that ownership).
 ///
 /// A fence that lapsed is skipped over, not given up on: a renewal that came late (a loaded
 /// machine, a 3 s TTL) makes it hold again, and the engine runs on. Giving up there left a
@@ -774,22 +778,21 @@ where
     Fut: std::future::Future<Output = Option<u64>>,
 {
     loop {
+        if guard.is_valid() {
+            let looked = tokio::select! {
+                _ = stop.wait() => return None,
+                looked = look() => looked,
+            };
+            // a look that ended after its engine stopped, or its lease went, says nothing
+            if let Some(inputs) = looked {
+                if !stop.is_triggered() && guard.is_valid() {
+                    return Some(inputs);
+                }
+            }
+        }
         tokio::select! {
             _ = stop.wait() => return None,
             _ = tokio::time::sleep(CAUGHT_UP_POLL) => {}
-        }
-        if !guard.is_valid() {
-            continue;
-        }
-        let looked = tokio::select! {
-            _ = stop.wait() => return None,
-            looked = look() => looked,
-        };
-        // a look that ended after its engine stopped, or its lease went, says nothing
-        if let Some(inputs) = looked {
-            if !stop.is_triggered() && guard.is_valid() {
-                return Some(inputs);
-            }
         }
     }
 }
@@ -881,6 +884,20 @@ mod tests {
         assert_eq!(inputs, Some(7));
         assert_eq!(looks.get(), 1, "no look while the fence is down");
         assert_eq!(started.elapsed(), Duration::from_millis(500));
+    }
+
+    /// An engine with nothing to catch up says so at once, not after a first poll interval
+    /// (a partition handed off within that interval used to log no line at all).
+    #[tokio::test(start_paused = true)]
+    async fn an_engine_already_caught_up_says_so_at_its_first_look() {
+        let (_trigger, mut stop) = shutdown::channel();
+        let guard = Flicker {
+            down_until: tokio::time::Instant::now(),
+        };
+        let started = tokio::time::Instant::now();
+        let inputs = wait_caught_up(|| async { Some(0) }, &guard, &mut stop).await;
+        assert_eq!(inputs, Some(0));
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]
