@@ -351,12 +351,13 @@ impl Engine {
         .on_round({
             let metrics = Arc::clone(&shared.metrics);
             move |round| {
-                Metrics::add(&metrics.events_out, round.events as u64);
                 // (a round that found nothing is not what an event waits for; one whose
-                // PubAcks failed is, and is among the slowest)
+                // PubAcks failed is, and is among the slowest. Recorded before its events
+                // are counted: whoever sees the events out sees the round that sent them)
                 if round.peeked > 0 {
                     metrics.relay_round.observe(round.took);
                 }
+                Metrics::add(&metrics.events_out, round.events as u64);
                 // rows too large for the server went to the DLQ in their place
                 Metrics::add(&metrics.dead_letters, round.too_large as u64);
                 if round.error.is_some() {
