@@ -299,7 +299,7 @@ async fn a_partition_handed_back_and_forth_without_input_reads_nothing_again() {
     )
     .await;
     // b leaves at once, having acked nothing: partition 1 goes back to a. a's own first
-    // ownership may have logged no caught-up line (handed off within the report's first poll),
+    // ownership may have logged no caught-up line (handed off before its first look returned),
     // so the take-back is the line of an epoch above b's, not the second line.
     let b_epoch = caught_up(&b.log(), 1)
         .last()
