@@ -853,6 +853,15 @@ mod tests {
         down_until: tokio::time::Instant,
     }
 
+    impl Flicker {
+        /// A fence that holds from now on.
+        fn holding() -> Flicker {
+            Flicker {
+                down_until: tokio::time::Instant::now(),
+            }
+        }
+    }
+
     impl Guard for Flicker {
         fn is_valid(&self) -> bool {
             tokio::time::Instant::now() >= self.down_until
@@ -892,9 +901,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_engine_already_caught_up_says_so_at_its_first_look() {
         let (_trigger, mut stop) = shutdown::channel();
-        let guard = Flicker {
-            down_until: tokio::time::Instant::now(),
-        };
+        let guard = Flicker::holding();
         let started = tokio::time::Instant::now();
         let inputs = wait_caught_up(|| async { Some(0) }, &guard, &mut stop).await;
         assert_eq!(inputs, Some(0));
@@ -904,9 +911,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_caught_up_wait_looks_until_every_consumer_is_past_the_backlog() {
         let (_trigger, mut stop) = shutdown::channel();
-        let guard = Flicker {
-            down_until: tokio::time::Instant::now(),
-        };
+        let guard = Flicker::holding();
         let looks = std::cell::Cell::new(0u32);
         let inputs = wait_caught_up(
             || {
@@ -926,9 +931,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_caught_up_wait_ends_with_its_engine() {
         let (trigger, mut stop) = shutdown::channel();
-        let guard = Flicker {
-            down_until: tokio::time::Instant::now(),
-        };
+        let guard = Flicker::holding();
         let started = tokio::time::Instant::now();
         let stopper = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -954,9 +957,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_look_that_ends_after_its_engine_stopped_says_nothing() {
         let (trigger, mut stop) = shutdown::channel();
-        let guard = Flicker {
-            down_until: tokio::time::Instant::now(),
-        };
+        let guard = Flicker::holding();
         let inputs = wait_caught_up(
             || {
                 let trigger = trigger.clone();
