@@ -484,17 +484,14 @@ mod tests {
     fn input_lag_renders_one_histogram_family_with_a_series_per_stage() {
         let m = Metrics::default();
         let stored = 1_000_000_000;
-        m.input_lag
-            .fetched
-            .observe(InputLag::age(stored, stored + 700)); // le=0.001
-        m.input_lag
-            .durable
-            .observe(InputLag::age(stored, stored + 30_000)); // le=0.05
-                                                              // a clock behind the server's: no negative age, the first bucket
-        m.input_lag
-            .durable
-            .observe(InputLag::age(stored, stored - 5));
-        m.relay_round.observe(Duration::from_millis(3)); // le=0.005
+        let lag = &m.input_lag;
+        // ages of 0.7 ms (le=0.001) and 30 ms (le=0.05)
+        lag.fetched.observe(InputLag::age(stored, stored + 700));
+        lag.durable.observe(InputLag::age(stored, stored + 30_000));
+        // a clock behind the server's: no negative age, the first bucket
+        lag.durable.observe(InputLag::age(stored, stored - 5));
+        // a 3 ms relay round (le=0.005)
+        m.relay_round.observe(Duration::from_millis(3));
         let text = m.render(None, None);
         let name = "toolstream_input_lag_seconds";
         assert_eq!(
