@@ -113,6 +113,7 @@ fn read_reply(reply: &str) -> Option<Delivery> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::consume::testing::{jetstream_message, offline_context};
     use crate::consume::watermark::now_ms;
 
     /// What the loop read with `Message::info` before [`read_reply`].
@@ -124,34 +125,9 @@ mod tests {
         })
     }
 
-    /// A JetStream message with `reply`, on a client that never connects.
-    fn message(context: &jetstream::Context, reply: &str) -> jetstream::Message {
-        jetstream::Message {
-            message: async_nats::Message {
-                subject: "toolstream.chunks.c.m".into(),
-                reply: Some(reply.into()),
-                payload: bytes::Bytes::new(),
-                headers: None,
-                status: None,
-                description: None,
-                length: 0,
-            },
-            context: context.clone(),
-        }
-    }
-
-    async fn context() -> jetstream::Context {
-        let client = async_nats::ConnectOptions::new()
-            .retry_on_initial_connect()
-            .connect("nats://127.0.0.1:1")
-            .await
-            .expect("a client that connects in the background");
-        jetstream::new(client)
-    }
-
     #[tokio::test]
     async fn reply_subjects_of_both_formats_read_as_message_info_reads_them() {
-        let context = context().await;
+        let context = offline_context().await;
         let cases = [
             // as nats-server 2.9.10 and 2.15.1 send them
             "$JS.ACK.toolstream_input.toolstream-worker.1.42.41.1764264000123456789.7",
@@ -162,7 +138,11 @@ mod tests {
         ];
         for reply in cases {
             let read = read_reply(reply).expect(reply);
-            assert_eq!(Some(read), by_info(&message(&context, reply)), "{reply}");
+            assert_eq!(
+                Some(read),
+                by_info(&jetstream_message(&context, reply)),
+                "{reply}"
+            );
             assert_eq!(read.published_ms(), 1_764_264_000_123, "{reply}");
             assert_eq!(read.published_us, 1_764_264_000_123_456, "{reply}");
         }
@@ -180,7 +160,7 @@ mod tests {
     /// `Message::info` is `Ok`, with the same values.
     #[tokio::test]
     async fn any_reply_subject_reads_as_message_info_reads_it() {
-        let context = context().await;
+        let context = offline_context().await;
         let min = NANOS_RANGE.start().to_string();
         let max = NANOS_RANGE.end().to_string();
         let below = (NANOS_RANGE.start() - 1).to_string();
@@ -225,7 +205,11 @@ mod tests {
             let tokens: Vec<&str> = (0..count).map(|_| pool[next(pool.len())]).collect();
             let reply = format!("{prefix}{}", tokens.join("."));
             let ours = read_reply(&reply);
-            assert_eq!(ours, by_info(&message(&context, &reply)), "{reply}");
+            assert_eq!(
+                ours,
+                by_info(&jetstream_message(&context, &reply)),
+                "{reply}"
+            );
             match ours {
                 Some(_) => read += 1,
                 None => refused += 1,
@@ -240,7 +224,7 @@ mod tests {
             let reply = format!("$JS.ACK.s.c.1.5.5.{nanos}.0");
             assert_eq!(
                 read_reply(&reply),
-                by_info(&message(&context, &reply)),
+                by_info(&jetstream_message(&context, &reply)),
                 "{reply}"
             );
         }
@@ -248,9 +232,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_message_whose_reply_cannot_be_read_is_a_first_delivery_of_sequence_0_now() {
-        let context = context().await;
+        let context = offline_context().await;
         let before = now_ms();
-        let d = Delivery::of(&message(&context, "_INBOX.abc"));
+        let d = Delivery::of(&jetstream_message(&context, "_INBOX.abc"));
         assert_eq!((d.stream_seq, d.delivered_before), (0, false));
         assert!(d.published_ms() >= before && d.published_ms() <= now_ms());
     }

@@ -187,3 +187,33 @@ pub(crate) fn chunk_input(seq: u64) -> OwnedInput {
     )
     .expect("input")
 }
+
+/// A JetStream context on a client that never connects (it keeps trying in the background):
+/// enough to build messages with [`jetstream_message`].
+pub(crate) async fn offline_context() -> async_nats::jetstream::Context {
+    let client = async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connect("nats://127.0.0.1:1")
+        .await
+        .expect("a client that connects in the background");
+    async_nats::jetstream::new(client)
+}
+
+/// A JetStream message with reply subject `reply`, on `context`'s client.
+pub(crate) fn jetstream_message(
+    context: &async_nats::jetstream::Context,
+    reply: &str,
+) -> async_nats::jetstream::Message {
+    async_nats::jetstream::Message {
+        message: async_nats::Message {
+            subject: "toolstream.chunks.c.m".into(),
+            reply: Some(reply.into()),
+            payload: bytes::Bytes::new(),
+            headers: None,
+            status: None,
+            description: None,
+            length: 0,
+        },
+        context: context.clone(),
+    }
+}
