@@ -124,7 +124,7 @@ pub(super) async fn apply_done_now(applying: &mut Option<Applying>) -> Option<Ap
 
 impl Pipeline {
     /// Whether nothing is fetched, applied or unsettled.
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.fetched.is_empty()
             && self.applying.is_none()
             && self.waiting.is_empty()

@@ -1,10 +1,12 @@
 //! The consume loop (docs/contracts.md, "Consume loop"): fetch a batch → parse subject and
 //! headers into assembler inputs → apply each (one atomic commit each) → ONE flush → wake the
-//! relay if the flush made outbox rows durable → ack the batch. Pipelined ([`batch`]): one
-//! apply and one flush at a time run on the blocking pool while the loop goes on fetching;
-//! what was fetched meanwhile is the next apply's batch, and the batches applied meanwhile
-//! share the next flush (with none running or waiting, the apply task flushes its batch
-//! itself); a batch is acked only after a flush that began after it was applied returned.
+//! relay if the flush made outbox rows durable → ack the batch. A short batch fetched while
+//! nothing is applied or flushed waits up to `consumer.batch_linger` for more ([`gather`]).
+//! Pipelined ([`batch`]): one apply and one flush at a time run on the blocking pool while
+//! the loop goes on fetching; what was fetched meanwhile is the next apply's batch, and the
+//! batches applied meanwhile share the next flush (with none running or waiting, the apply
+//! task flushes its batch itself); a batch is acked only after a flush that began after it
+//! was applied returned.
 //!
 //! A message delivered before, or (leased partitions) delivered to an earlier owner that never
 //! acked it, is applied alone behind a durable note ([`poison`]).
@@ -149,21 +151,20 @@ impl ConsumeLoop {
                         let room = self.config.batch_size.clamp(1, 1024);
                         let mut batch = Vec::with_capacity(room);
                         batch.push(first);
-                        let mut ended = false;
-                        while batch.len() < self.config.batch_size {
-                            match stream.next().now_or_never() {
-                                Some(Some(Some(Ok(m)))) => batch.push(m),
-                                Some(Some(Some(Err(e)))) => {
-                                    tracing::debug!(error = %e, "pull stream status");
-                                    break;
-                                }
-                                Some(Some(None)) | Some(None) => {
-                                    ended = true;
-                                    break;
-                                }
-                                None => break,
-                            }
-                        }
+                        // (with nothing applied or flushed, a short batch lingers: see
+                        // `gather`)
+                        let linger = match pipeline.is_empty() {
+                            true => self.config.batch_linger.get(),
+                            false => Duration::ZERO,
+                        };
+                        let ended = gather(
+                            stream,
+                            &mut batch,
+                            self.config.batch_size,
+                            linger,
+                            &mut shutdown,
+                        )
+                        .await;
                         self.process(batch, &mut pipeline).await;
                         if ended {
                             tracing::warn!("a pull stream ended; re-opening");
@@ -302,6 +303,96 @@ impl ConsumeLoop {
     }
 }
 
+/// Puts a pulled message into `batch`: `None` then (the batch goes on); for a status error
+/// (missing heartbeats, ...) or the end of a merged stream, whether a stream ended (the batch
+/// ends here; after an end, the streams are re-opened).
+fn into_batch(pulled: Option<Pulled>, batch: &mut Vec<jetstream::Message>) -> Option<bool> {
+    match pulled {
+        Some(Some(Ok(m))) => {
+            batch.push(m);
+            None
+        }
+        Some(Some(Err(e))) => {
+            tracing::debug!(error = %e, "pull stream status");
+            Some(false)
+        }
+        Some(None) | None => Some(true),
+    }
+}
+
+/// Fills `batch` (one message in it) up to `batch_size` with what the pull stream already
+/// holds; then, with a `linger` and the batch still short, goes on filling it with what
+/// arrives until it is full, `linger` has passed (taking what arrived by then) or `shutdown`
+/// is asked for. Stops early at a status report or the end of a merged stream; returns
+/// whether a merged stream ended (then all are re-opened).
+///
+/// Why linger: every batch pays one flush (an append and an `fdatasync`) and its hand-offs
+/// between threads (apply, flush, acks, relay), whatever its size. When input is sparse and
+/// nothing is being applied or flushed, a batch would otherwise be the one or few messages
+/// that arrived since the last: a short wait lets the inputs arriving meanwhile share that
+/// cost. The caller lingers only with an idle pipeline: while a batch is applied or flushed,
+/// what arrives queues for the next apply anyway. (Waiting on one timer alone and taking
+/// what queued meanwhile, without a wake-up per message, cost fewer context switches but
+/// more latency: a batch that fills early still waits out the linger. README, "Batches
+/// that wait for company".)
+async fn gather<S>(
+    stream: &mut S,
+    batch: &mut Vec<jetstream::Message>,
+    batch_size: usize,
+    linger: Duration,
+    shutdown: &mut Shutdown,
+) -> bool
+where
+    S: futures::Stream<Item = Pulled> + Unpin,
+{
+    match take_ready(stream, batch, batch_size) {
+        Some(ended) => return ended,
+        None if linger.is_zero() => return false,
+        None => {}
+    }
+    let until = tokio::time::sleep(linger);
+    tokio::pin!(until);
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.wait() => return false,
+            _ = &mut until => return take_ready(stream, batch, batch_size).unwrap_or(false),
+            pulled = stream.next() => {
+                if let Some(ended) = into_batch(pulled, batch) {
+                    return ended;
+                }
+                // (and what arrived with it)
+                if let Some(ended) = take_ready(stream, batch, batch_size) {
+                    return ended;
+                }
+            }
+        }
+    }
+}
+
+/// Moves what `stream` already holds into `batch`, up to `batch_size`: `None` when the batch
+/// is still short and the stream holds nothing more, else whether a merged stream ended.
+fn take_ready<S>(
+    stream: &mut S,
+    batch: &mut Vec<jetstream::Message>,
+    batch_size: usize,
+) -> Option<bool>
+where
+    S: futures::Stream<Item = Pulled> + Unpin,
+{
+    while batch.len() < batch_size {
+        match stream.next().now_or_never() {
+            None => return None,
+            Some(pulled) => {
+                if let Some(ended) = into_batch(pulled, batch) {
+                    return Some(ended);
+                }
+            }
+        }
+    }
+    Some(false)
+}
+
 /// Pauses between attempts to start pulling: 100 ms doubling up to 5 s.
 const OPEN_BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
 
@@ -333,9 +424,129 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::consume::testing;
     use crate::run::shutdown;
     use std::cell::RefCell;
     use tokio::time::Instant;
+
+    /// A pull stream the test feeds: `send(None)` ends it as a merged stream ends.
+    fn pulled_stream() -> (
+        futures::channel::mpsc::UnboundedSender<Pulled>,
+        futures::channel::mpsc::UnboundedReceiver<Pulled>,
+    ) {
+        futures::channel::mpsc::unbounded()
+    }
+
+    /// A delivered message, as a pull stream yields it.
+    fn delivered(context: &jetstream::Context) -> Pulled {
+        Some(Ok(testing::jetstream_message(context, "_INBOX.r")))
+    }
+
+    /// `gather` on a short batch with a linger (the loop lingers only when idle): it takes
+    /// what arrives within the linger, one message or several at a time, and goes when the
+    /// linger has passed, taking what arrived by then; what arrives later is the next batch's.
+    #[tokio::test(start_paused = true)]
+    async fn a_lingering_batch_takes_what_arrives_within_the_linger_and_goes_when_it_ends() {
+        let context = testing::offline_context().await;
+        let (tx, mut rx) = pulled_stream();
+        let (_trigger, mut stop) = shutdown::channel();
+        let feeder = {
+            let (tx, context) = (tx.clone(), context.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                let _ = tx.unbounded_send(delivered(&context));
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                let _ = tx.unbounded_send(delivered(&context));
+                let _ = tx.unbounded_send(delivered(&context));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let _ = tx.unbounded_send(delivered(&context));
+            })
+        };
+        let started = Instant::now();
+        let mut batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
+        let linger = Duration::from_millis(10);
+        let ended = gather(&mut rx, &mut batch, 256, linger, &mut stop).await;
+        assert!(!ended);
+        assert_eq!(batch.len(), 4, "the first and the three within the linger");
+        assert_eq!(started.elapsed(), linger, "it went when the linger ended");
+        feeder.await.expect("fed");
+        let mut next = Vec::new();
+        assert_eq!(take_ready(&mut rx, &mut next, 256), None);
+        assert_eq!(next.len(), 1, "the late one waits for the next batch");
+    }
+
+    /// A batch that fills during its linger goes at once; with no linger, or with the batch
+    /// full already, `gather` takes only what the stream holds and does not wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_that_fills_during_its_linger_goes_at_once_and_a_zero_linger_never_waits() {
+        let context = testing::offline_context().await;
+        let (tx, mut rx) = pulled_stream();
+        let (_trigger, mut stop) = shutdown::channel();
+        let linger = Duration::from_millis(50);
+        let feeder = {
+            let (tx, context) = (tx.clone(), context.clone());
+            tokio::spawn(async move {
+                for _ in 0..3 {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    let _ = tx.unbounded_send(delivered(&context));
+                }
+            })
+        };
+        let started = Instant::now();
+        let mut batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
+        assert!(!gather(&mut rx, &mut batch, 3, linger, &mut stop).await);
+        assert_eq!(batch.len(), 3);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(4),
+            "full at the second arrival"
+        );
+        feeder.await.expect("fed");
+
+        // the third is waiting; nothing more comes
+        let started = Instant::now();
+        let mut batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
+        assert!(!gather(&mut rx, &mut batch, 256, Duration::ZERO, &mut stop).await);
+        assert_eq!(batch.len(), 2, "what was there, no more");
+        assert_eq!(started.elapsed(), Duration::ZERO, "no wait");
+        drop(tx);
+    }
+
+    /// Shutdown asked for during a linger ends it at once, the batch as it is (the loop then
+    /// applies and acks it before stopping); a merged stream that ends during a linger ends
+    /// the batch and says so (the loop re-opens its streams).
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_or_a_stream_end_during_a_linger_ends_it_at_once() {
+        let context = testing::offline_context().await;
+        let linger = Duration::from_millis(100);
+
+        let (_tx, mut rx) = pulled_stream();
+        let (trigger, mut stop) = shutdown::channel();
+        let started = Instant::now();
+        let mut batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
+        let (ended, ()) =
+            tokio::join!(gather(&mut rx, &mut batch, 256, linger, &mut stop), async {
+                tokio::time::sleep(Duration::from_millis(7)).await;
+                trigger.trigger();
+            });
+        assert!(!ended);
+        assert_eq!(batch.len(), 1);
+        assert_eq!(started.elapsed(), Duration::from_millis(7));
+
+        let (tx, mut rx) = pulled_stream();
+        let (_trigger, mut stop) = shutdown::channel();
+        let started = Instant::now();
+        let mut batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
+        let (ended, ()) =
+            tokio::join!(gather(&mut rx, &mut batch, 256, linger, &mut stop), async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let _ = tx.unbounded_send(delivered(&context));
+                let _ = tx.unbounded_send(None);
+            });
+        assert!(ended, "a merged stream ended");
+        assert_eq!(batch.len(), 2);
+        assert_eq!(started.elapsed(), Duration::from_millis(5));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn pulling_is_retried_after_pauses_doubling_from_100ms_up_to_5s() {

@@ -621,3 +621,115 @@ async fn ticks_during_applies_leave_nothing_unapplied_or_unacked() {
     }
     run.stop().await;
 }
+
+/// [`without_ticks`] with short batches of an idle loop lingering `linger` for more.
+fn lingering(linger: Duration) -> Config {
+    let mut config = without_ticks();
+    config.consumer.batch_linger = HumanDuration(linger);
+    config
+}
+
+/// The longest linger the config takes: long enough that a test's own pauses fall inside it.
+const LONG_LINGER: Duration = Duration::from_secs(1);
+
+/// Sparse input shares its batches (`consumer.batch_linger`, `gather` in consume/mod.rs): a
+/// chunk that finds the loop idle waits for the next, and the two are applied as one batch
+/// and made durable by one flush. Without the linger the first, fetched alone, would have
+/// been applied and flushed alone long before the second was published.
+#[tokio::test]
+async fn inputs_arriving_within_the_linger_of_an_idle_loop_share_one_batch_and_one_flush() {
+    let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let run = start_gated_with(lingering(LONG_LINGER), &commits, &flushes).await;
+    let flushes_before = flushes.passed.load(Ordering::SeqCst);
+    let batches_before = run.metrics.batch_apply.count();
+    publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    publish_call_start(&run.js, ("c2", "m2"), "call_2", "g").await;
+    wait_settled(&run.js, "toolstream")
+        .await
+        .expect("both inputs are acked");
+    assert_eq!(commits.passed.load(Ordering::SeqCst), 2, "both applied");
+    assert_eq!(
+        run.metrics.batch_apply.count() - batches_before,
+        1,
+        "in one batch"
+    );
+    assert_eq!(
+        flushes.passed.load(Ordering::SeqCst) - flushes_before,
+        1,
+        "made durable by one flush"
+    );
+    for conv in ["c1", "c2"] {
+        let msg = if conv == "c1" { "m1" } else { "m2" };
+        assert!(run
+            .store
+            .message_snapshot(conv, msg)
+            .expect("readable")
+            .is_some());
+    }
+    run.stop().await;
+}
+
+/// A chunk with nothing after it waits out the linger, no longer: it is applied, flushed
+/// and acked once the linger runs out, with no more input to end its wait.
+#[tokio::test]
+async fn a_lone_input_waits_out_the_linger_and_is_then_applied_and_acked() {
+    let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let run = start_gated_with(lingering(LONG_LINGER), &commits, &flushes).await;
+    let published = std::time::Instant::now();
+    publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // (a machine too slow to look within the linger says nothing here)
+    if published.elapsed() < LONG_LINGER - Duration::from_millis(200) {
+        assert_eq!(
+            commits.passed.load(Ordering::SeqCst),
+            0,
+            "not applied while it lingers"
+        );
+    }
+    wait_settled(&run.js, "toolstream")
+        .await
+        .expect("acked once the linger ran out");
+    assert_eq!(commits.passed.load(Ordering::SeqCst), 1);
+    assert!(run
+        .store
+        .message_snapshot("c1", "m1")
+        .expect("readable")
+        .is_some());
+    run.stop().await;
+}
+
+/// Shutdown asked for while a batch lingers ends the linger: the batch in hand is applied,
+/// flushed and acked before the loop stops, so nothing fetched is left for redelivery.
+#[tokio::test]
+async fn shutdown_during_a_linger_applies_and_acks_the_batch_in_hand() {
+    let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let mut run = start_gated_with(lingering(LONG_LINGER), &commits, &flushes).await;
+    publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    run.stop.trigger();
+    tokio::time::timeout(Duration::from_secs(5), &mut run.task)
+        .await
+        .expect("the loop stops soon after shutdown")
+        .expect("the loop does not panic");
+    assert_eq!(commits.passed.load(Ordering::SeqCst), 1, "applied");
+    let acked =
+        toolstream_testkit::wait::eventually_async(WAIT, || async { unacked(&run.js).await == 0 })
+            .await;
+    assert!(acked.is_some(), "and acked, not left for redelivery");
+    let mut consumer: PullConsumer = run
+        .js
+        .get_stream("TOOLSTREAM_IN")
+        .await
+        .expect("input stream")
+        .get_consumer("toolstream")
+        .await
+        .expect("consumer");
+    let pending = consumer.info().await.expect("consumer info").num_pending;
+    assert_eq!(pending, 0, "nothing left to deliver");
+    assert!(run
+        .store
+        .message_snapshot("c1", "m1")
+        .expect("readable")
+        .is_some());
+}

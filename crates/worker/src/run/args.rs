@@ -77,6 +77,10 @@ pub struct RunArgs {
     /// How long one pull request waits on the server [default: 5s].
     #[arg(long, env = "TOOLSTREAM_FETCH_EXPIRY", value_name = "DURATION")]
     pub fetch_expiry: Option<HumanDuration>,
+    /// With nothing applied or flushed, how long a short batch waits for more messages;
+    /// 0ms: never [default: 2ms].
+    #[arg(long, env = "TOOLSTREAM_BATCH_LINGER", value_name = "DURATION")]
+    pub batch_linger: Option<HumanDuration>,
     /// Deliveries of one message before the worker dead-letters it (store_error, poison) [default: 5].
     #[arg(long, env = "TOOLSTREAM_MAX_DELIVER", value_name = "N")]
     pub max_deliver: Option<i64>,
@@ -169,6 +173,7 @@ impl RunArgs {
         }
         set(&mut c.consumer.batch_size, self.batch_size);
         set(&mut c.consumer.fetch_expiry, self.fetch_expiry);
+        set(&mut c.consumer.batch_linger, self.batch_linger);
         set(&mut c.consumer.max_deliver, self.max_deliver);
         set(&mut c.consumer.max_ack_pending, self.max_ack_pending);
         set(&mut c.consumer.ack_wait, self.ack_wait);
@@ -226,6 +231,20 @@ mod tests {
         assert_eq!(c.subject_prefix, "filepre", "file wins over default");
         assert_eq!(c.consumer.ack_wait.get(), Duration::from_secs(30));
         assert_eq!(c.consumer.max_deliver, 5, "default stays");
+    }
+
+    /// A linger is 0 (never) to 1s: longer, every input of a short batch would wait that
+    /// long before it is applied.
+    #[test]
+    fn a_batch_linger_of_zero_to_one_second_is_taken_and_a_longer_one_refused() {
+        for (text, ms) in [("0ms", 0), ("5ms", 5), ("1s", 1000)] {
+            let cli = Cli::parse_from(["x", "--batch-linger", text]);
+            let c = cli.args.resolve().unwrap();
+            assert_eq!(c.consumer.batch_linger.get(), Duration::from_millis(ms));
+        }
+        let cli = Cli::parse_from(["x", "--batch-linger", "1001ms"]);
+        let err = cli.args.resolve().unwrap_err().to_string();
+        assert!(err.contains("consumer.batch_linger"), "{err}");
     }
 
     /// tokio's `interval` panics on a zero period, and `Instant + huge` overflows: such

@@ -276,6 +276,13 @@ pub struct ConsumerConfig {
     pub batch_size: usize,
     /// How long one pull request waits on the server for messages (default `5s`).
     pub fetch_expiry: HumanDuration,
+    /// With nothing being applied or flushed, how long a batch smaller than `batch_size`
+    /// waits for more messages before it is applied (default `2ms`; `0ms`: never). Every
+    /// batch pays a flush (`fdatasync`) and hand-offs between threads whatever its size, so
+    /// when input is sparse this trades up to this much latency for fewer, larger batches
+    /// (see the consume loop's docs). Under a backlog batches are full, or the last one is
+    /// still being applied or flushed, and nothing waits.
+    pub batch_linger: HumanDuration,
     /// Deliveries of one message before the worker gives up on it with a dead letter (default
     /// 5): a message that keeps failing to be stored (`store_error`), or during which the
     /// worker stopped `max_deliver - 1` times while applying it alone (`poison`; on a leased
@@ -353,6 +360,7 @@ impl Default for ConsumerConfig {
             checkpoint_interval: secs(60),
             batch_size: 256,
             fetch_expiry: secs(5),
+            batch_linger: HumanDuration(Duration::from_millis(2)),
             max_deliver: 5,
             max_ack_pending: 4096,
             ack_wait: secs(60),
@@ -419,6 +427,7 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("./data"));
         assert_eq!(c.subject_prefix, "toolstream");
         assert_eq!(c.consumer.batch_size, 256);
+        assert_eq!(c.consumer.batch_linger.get(), Duration::from_millis(2));
         assert_eq!(c.consumer.max_deliver, 5);
         assert_eq!(c.consumer.ack_wait.get(), Duration::from_secs(60));
         assert_eq!(c.streams.duplicate_window.get(), Duration::from_secs(3600));

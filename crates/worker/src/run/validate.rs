@@ -68,6 +68,13 @@ impl Config {
         if c.fetch_expiry.get() < Duration::from_millis(100) {
             bail!("consumer.fetch_expiry must be at least 100ms");
         }
+        if c.batch_linger.get() > Duration::from_secs(1) {
+            bail!(
+                "consumer.batch_linger ({:?}) must be at most 1s: every input of a short batch \
+                 waits that long before it is applied",
+                c.batch_linger.get()
+            );
+        }
         if self.relay.batch == 0 {
             bail!("relay.batch must be at least 1");
         }
