@@ -144,51 +144,57 @@ impl ConsumeLoop {
                     }
                     self.applied(&mut pipeline, done);
                 }
-                next = stream.next() => match next {
-                    Some(Some(Ok(first))) => {
-                        // (room for a whole batch, up to 1,024: a message is a large value
-                        // to move again at every doubling)
-                        let room = self.config.batch_size.clamp(1, 1024);
-                        let mut batch = Vec::with_capacity(room);
-                        batch.push(first);
-                        // (with nothing applied or flushed, a short batch lingers: see
-                        // `gather`)
-                        let linger = match pipeline.is_empty() {
-                            true => self.config.batch_linger.get(),
-                            false => Duration::ZERO,
-                        };
-                        let ended = gather(
-                            stream,
-                            &mut batch,
-                            self.config.batch_size,
-                            linger,
-                            &mut shutdown,
-                        )
-                        .await;
-                        self.process(batch, &mut pipeline).await;
-                        if ended {
+                next = stream.next() => {
+                    // (room for a whole batch, up to 1,024: a message is a large value to
+                    // move again at every doubling)
+                    let mut batch = Vec::with_capacity(self.config.batch_size.clamp(1, 1024));
+                    let end = match into_batch(next, &mut batch) {
+                        Some(end) => end,
+                        None => {
+                            // (with nothing applied or flushed, a short batch lingers: see
+                            // `gather`)
+                            let linger = match pipeline.is_empty() {
+                                true => self.config.batch_linger.get(),
+                                false => Duration::ZERO,
+                            };
+                            let end = gather(
+                                stream,
+                                &mut batch,
+                                self.config.batch_size,
+                                linger,
+                                &mut shutdown,
+                            )
+                            .await;
+                            if !self.holds_lease() {
+                                // lost while the batch lingered: the partition is another
+                                // worker's now, and nothing fetched is applied or acked here
+                                break;
+                            }
+                            self.process(batch, &mut pipeline).await;
+                            end
+                        }
+                    };
+                    match end {
+                        BatchEnd::Open => {}
+                        BatchEnd::Status(e) => {
+                            // missing heartbeats while the server restarts, etc.: the stream
+                            // re-issues its pull requests itself
+                            tracing::debug!(error = %e, "pull stream status");
+                            if self.guard.is_some() && self.consumer_gone(&consumers).await {
+                                // A leased partition whose consumer was deleted (an operator,
+                                // a lapsed lease's successor) would stall with its lease held:
+                                // the loop ends, the host gives the lease back, and the
+                                // partition is rebuilt by its next owner.
+                                tracing::warn!("the partition's consumer is gone; giving the partition back");
+                                break;
+                            }
+                        }
+                        BatchEnd::Ended => {
                             tracing::warn!("a pull stream ended; re-opening");
                             messages = None;
                         }
                     }
-                    Some(Some(Err(e))) => {
-                        // missing heartbeats while the server restarts, etc.: the stream
-                        // re-issues its pull requests itself
-                        tracing::debug!(error = %e, "pull stream error");
-                        if self.guard.is_some() && self.consumer_gone(&consumers).await {
-                            // A leased partition whose consumer was deleted (an operator, a
-                            // lapsed lease's successor) would stall with its lease held: the
-                            // loop ends, the host gives the lease back, and the partition is
-                            // rebuilt by its next owner.
-                            tracing::warn!("the partition's consumer is gone; giving the partition back");
-                            break;
-                        }
-                    }
-                    Some(None) | None => {
-                        tracing::warn!("a pull stream ended; re-opening");
-                        messages = None;
-                    }
-                },
+                }
             }
         }
         // what is applied is settled (acked once durable) before anything is handed back
@@ -303,51 +309,58 @@ impl ConsumeLoop {
     }
 }
 
-/// Puts a pulled message into `batch`: `None` then (the batch goes on); for a status error
-/// (missing heartbeats, ...) or the end of a merged stream, whether a stream ended (the batch
-/// ends here; after an end, the streams are re-opened).
-fn into_batch(pulled: Option<Pulled>, batch: &mut Vec<jetstream::Message>) -> Option<bool> {
+/// Why a batch stopped growing.
+#[derive(Debug)]
+enum BatchEnd {
+    /// It is full, nothing more was there, its linger is over, or shutdown was asked for.
+    Open,
+    /// The pull stream reported a status error (missing heartbeats, a deleted consumer, ...).
+    Status(MessagesError),
+    /// A merged stream ended: all are re-opened.
+    Ended,
+}
+
+/// Puts a pulled message into `batch` (`None`: the batch can grow), or says why the batch
+/// ends here.
+fn into_batch(pulled: Option<Pulled>, batch: &mut Vec<jetstream::Message>) -> Option<BatchEnd> {
     match pulled {
         Some(Some(Ok(m))) => {
             batch.push(m);
             None
         }
-        Some(Some(Err(e))) => {
-            tracing::debug!(error = %e, "pull stream status");
-            Some(false)
-        }
-        Some(None) | None => Some(true),
+        Some(Some(Err(e))) => Some(BatchEnd::Status(e)),
+        Some(None) | None => Some(BatchEnd::Ended),
     }
 }
 
 /// Fills `batch` (one message in it) up to `batch_size` with what the pull stream already
 /// holds; then, with a `linger` and the batch still short, goes on filling it with what
 /// arrives until it is full, `linger` has passed (taking what arrived by then) or `shutdown`
-/// is asked for. Stops early at a status report or the end of a merged stream; returns
-/// whether a merged stream ended (then all are re-opened).
+/// is asked for. A status report or the end of a merged stream ends the batch at once (the
+/// loop handles either after the batch, as it would have without it).
 ///
 /// Why linger: every batch pays one flush (an append and an `fdatasync`) and its hand-offs
 /// between threads (apply, flush, acks, relay), whatever its size. When input is sparse and
 /// nothing is being applied or flushed, a batch would otherwise be the one or few messages
 /// that arrived since the last: a short wait lets the inputs arriving meanwhile share that
 /// cost. The caller lingers only with an idle pipeline: while a batch is applied or flushed,
-/// what arrives queues for the next apply anyway. (Waiting on one timer alone and taking
+/// what arrives queues for the next apply anyway. (Waiting on the timer alone and taking
 /// what queued meanwhile, without a wake-up per message, cost fewer context switches but
-/// more latency: a batch that fills early still waits out the linger. README, "Batches
-/// that wait for company".)
+/// more latency: a batch that fills early still waits out the linger. README, "Batches that
+/// wait for company".)
 async fn gather<S>(
     stream: &mut S,
     batch: &mut Vec<jetstream::Message>,
     batch_size: usize,
     linger: Duration,
     shutdown: &mut Shutdown,
-) -> bool
+) -> BatchEnd
 where
     S: futures::Stream<Item = Pulled> + Unpin,
 {
     match take_ready(stream, batch, batch_size) {
-        Some(ended) => return ended,
-        None if linger.is_zero() => return false,
+        Some(end) => return end,
+        None if linger.is_zero() => return BatchEnd::Open,
         None => {}
     }
     let until = tokio::time::sleep(linger);
@@ -355,15 +368,17 @@ where
     loop {
         tokio::select! {
             biased;
-            _ = shutdown.wait() => return false,
-            _ = &mut until => return take_ready(stream, batch, batch_size).unwrap_or(false),
+            _ = shutdown.wait() => return BatchEnd::Open,
+            _ = &mut until => {
+                return take_ready(stream, batch, batch_size).unwrap_or(BatchEnd::Open)
+            }
             pulled = stream.next() => {
-                if let Some(ended) = into_batch(pulled, batch) {
-                    return ended;
+                if let Some(end) = into_batch(pulled, batch) {
+                    return end;
                 }
                 // (and what arrived with it)
-                if let Some(ended) = take_ready(stream, batch, batch_size) {
-                    return ended;
+                if let Some(end) = take_ready(stream, batch, batch_size) {
+                    return end;
                 }
             }
         }
@@ -371,26 +386,22 @@ where
 }
 
 /// Moves what `stream` already holds into `batch`, up to `batch_size`: `None` when the batch
-/// is still short and the stream holds nothing more, else whether a merged stream ended.
+/// is still short and the stream holds nothing more, else why the batch ends.
 fn take_ready<S>(
     stream: &mut S,
     batch: &mut Vec<jetstream::Message>,
     batch_size: usize,
-) -> Option<bool>
+) -> Option<BatchEnd>
 where
     S: futures::Stream<Item = Pulled> + Unpin,
 {
     while batch.len() < batch_size {
-        match stream.next().now_or_never() {
-            None => return None,
-            Some(pulled) => {
-                if let Some(ended) = into_batch(pulled, batch) {
-                    return Some(ended);
-                }
-            }
+        let pulled = stream.next().now_or_never()?;
+        if let Some(end) = into_batch(pulled, batch) {
+            return Some(end);
         }
     }
-    Some(false)
+    Some(BatchEnd::Open)
 }
 
 /// Pauses between attempts to start pulling: 100 ms doubling up to 5 s.
@@ -429,12 +440,20 @@ mod tests {
     use std::cell::RefCell;
     use tokio::time::Instant;
 
-    /// A pull stream the test feeds: `send(None)` ends it as a merged stream ends.
-    fn pulled_stream() -> (
-        futures::channel::mpsc::UnboundedSender<Pulled>,
+    type Feed = futures::channel::mpsc::UnboundedSender<Pulled>;
+
+    /// A pull stream the test feeds (sending `None` ends it as a merged stream ends), and a
+    /// batch holding one message, as the loop starts one.
+    async fn stream_and_batch() -> (
+        Feed,
         futures::channel::mpsc::UnboundedReceiver<Pulled>,
+        Vec<jetstream::Message>,
+        jetstream::Context,
     ) {
-        futures::channel::mpsc::unbounded()
+        let context = testing::offline_context().await;
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
+        (tx, rx, batch, context)
     }
 
     /// A delivered message, as a pull stream yields it.
@@ -442,59 +461,54 @@ mod tests {
         Some(Ok(testing::jetstream_message(context, "_INBOX.r")))
     }
 
+    /// Feeds `tx` in the background: after each pause, that many messages.
+    fn feed(
+        tx: &Feed,
+        context: &jetstream::Context,
+        plan: &[(u64, usize)],
+    ) -> tokio::task::JoinHandle<()> {
+        let (tx, context, plan) = (tx.clone(), context.clone(), plan.to_vec());
+        tokio::spawn(async move {
+            for (pause_ms, n) in plan {
+                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                for _ in 0..n {
+                    let _ = tx.unbounded_send(delivered(&context));
+                }
+            }
+        })
+    }
+
     /// `gather` on a short batch with a linger (the loop lingers only when idle): it takes
     /// what arrives within the linger, one message or several at a time, and goes when the
-    /// linger has passed, taking what arrived by then; what arrives later is the next batch's.
+    /// linger has passed; what arrives later is the next batch's.
     #[tokio::test(start_paused = true)]
     async fn a_lingering_batch_takes_what_arrives_within_the_linger_and_goes_when_it_ends() {
-        let context = testing::offline_context().await;
-        let (tx, mut rx) = pulled_stream();
+        let (tx, mut rx, mut batch, context) = stream_and_batch().await;
         let (_trigger, mut stop) = shutdown::channel();
-        let feeder = {
-            let (tx, context) = (tx.clone(), context.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(3)).await;
-                let _ = tx.unbounded_send(delivered(&context));
-                tokio::time::sleep(Duration::from_millis(3)).await;
-                let _ = tx.unbounded_send(delivered(&context));
-                let _ = tx.unbounded_send(delivered(&context));
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                let _ = tx.unbounded_send(delivered(&context));
-            })
-        };
+        let feeder = feed(&tx, &context, &[(3, 1), (3, 2), (10, 1)]);
         let started = Instant::now();
-        let mut batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
         let linger = Duration::from_millis(10);
-        let ended = gather(&mut rx, &mut batch, 256, linger, &mut stop).await;
-        assert!(!ended);
+        let end = gather(&mut rx, &mut batch, 256, linger, &mut stop).await;
+        assert!(matches!(end, BatchEnd::Open), "{end:?}");
         assert_eq!(batch.len(), 4, "the first and the three within the linger");
         assert_eq!(started.elapsed(), linger, "it went when the linger ended");
         feeder.await.expect("fed");
         let mut next = Vec::new();
-        assert_eq!(take_ready(&mut rx, &mut next, 256), None);
+        assert!(take_ready(&mut rx, &mut next, 256).is_none());
         assert_eq!(next.len(), 1, "the late one waits for the next batch");
     }
 
-    /// A batch that fills during its linger goes at once; with no linger, or with the batch
-    /// full already, `gather` takes only what the stream holds and does not wait.
+    /// A batch that fills during its linger goes at once; one that is full already, or has
+    /// no linger, takes only what the stream holds and does not wait.
     #[tokio::test(start_paused = true)]
     async fn a_batch_that_fills_during_its_linger_goes_at_once_and_a_zero_linger_never_waits() {
-        let context = testing::offline_context().await;
-        let (tx, mut rx) = pulled_stream();
+        let (tx, mut rx, mut batch, context) = stream_and_batch().await;
         let (_trigger, mut stop) = shutdown::channel();
         let linger = Duration::from_millis(50);
-        let feeder = {
-            let (tx, context) = (tx.clone(), context.clone());
-            tokio::spawn(async move {
-                for _ in 0..3 {
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    let _ = tx.unbounded_send(delivered(&context));
-                }
-            })
-        };
+        let feeder = feed(&tx, &context, &[(2, 1), (2, 1), (2, 1)]);
         let started = Instant::now();
-        let mut batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
-        assert!(!gather(&mut rx, &mut batch, 3, linger, &mut stop).await);
+        let end = gather(&mut rx, &mut batch, 3, linger, &mut stop).await;
+        assert!(matches!(end, BatchEnd::Open), "{end:?}");
         assert_eq!(batch.len(), 3);
         assert_eq!(
             started.elapsed(),
@@ -505,47 +519,60 @@ mod tests {
 
         // the third is waiting; nothing more comes
         let started = Instant::now();
-        let mut batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
-        assert!(!gather(&mut rx, &mut batch, 256, Duration::ZERO, &mut stop).await);
-        assert_eq!(batch.len(), 2, "what was there, no more");
-        assert_eq!(started.elapsed(), Duration::ZERO, "no wait");
-        drop(tx);
+        let mut full = batch.split_off(2);
+        assert!(matches!(
+            gather(&mut rx, &mut full, 1, linger, &mut stop).await,
+            BatchEnd::Open
+        ));
+        assert_eq!(full.len(), 1, "a full batch takes nothing");
+        let end = gather(&mut rx, &mut batch, 256, Duration::ZERO, &mut stop).await;
+        assert!(matches!(end, BatchEnd::Open), "{end:?}");
+        assert_eq!(batch.len(), 3, "what was there, no more");
+        assert_eq!(started.elapsed(), Duration::ZERO, "and neither waited");
     }
 
     /// Shutdown asked for during a linger ends it at once, the batch as it is (the loop then
-    /// applies and acks it before stopping); a merged stream that ends during a linger ends
-    /// the batch and says so (the loop re-opens its streams).
+    /// applies and acks it before stopping); a status report or the end of a merged stream
+    /// during a linger ends the batch at once and is handed to the loop, the messages after
+    /// it left for the next batch.
     #[tokio::test(start_paused = true)]
-    async fn shutdown_or_a_stream_end_during_a_linger_ends_it_at_once() {
-        let context = testing::offline_context().await;
+    async fn shutdown_a_status_or_a_stream_end_during_a_linger_ends_it_at_once() {
+        use async_nats::jetstream::consumer::pull::MessagesErrorKind;
         let linger = Duration::from_millis(100);
 
-        let (_tx, mut rx) = pulled_stream();
+        let (_tx, mut rx, mut batch, _context) = stream_and_batch().await;
         let (trigger, mut stop) = shutdown::channel();
         let started = Instant::now();
-        let mut batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
-        let (ended, ()) =
-            tokio::join!(gather(&mut rx, &mut batch, 256, linger, &mut stop), async {
-                tokio::time::sleep(Duration::from_millis(7)).await;
-                trigger.trigger();
-            });
-        assert!(!ended);
+        let (end, ()) = tokio::join!(gather(&mut rx, &mut batch, 256, linger, &mut stop), async {
+            tokio::time::sleep(Duration::from_millis(7)).await;
+            trigger.trigger();
+        });
+        assert!(matches!(end, BatchEnd::Open), "{end:?}");
         assert_eq!(batch.len(), 1);
         assert_eq!(started.elapsed(), Duration::from_millis(7));
 
-        let (tx, mut rx) = pulled_stream();
-        let (_trigger, mut stop) = shutdown::channel();
-        let started = Instant::now();
-        let mut batch = vec![testing::jetstream_message(&context, "_INBOX.first")];
-        let (ended, ()) =
-            tokio::join!(gather(&mut rx, &mut batch, 256, linger, &mut stop), async {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                let _ = tx.unbounded_send(delivered(&context));
-                let _ = tx.unbounded_send(None);
-            });
-        assert!(ended, "a merged stream ended");
-        assert_eq!(batch.len(), 2);
-        assert_eq!(started.elapsed(), Duration::from_millis(5));
+        let status = || Some(Err(MessagesError::new(MessagesErrorKind::MissingHeartbeat)));
+        for (last, ends) in [(status(), false), (None, true)] {
+            let (tx, mut rx, mut batch, context) = stream_and_batch().await;
+            let (_trigger, mut stop) = shutdown::channel();
+            let started = Instant::now();
+            let (end, ()) =
+                tokio::join!(gather(&mut rx, &mut batch, 256, linger, &mut stop), async {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    let _ = tx.unbounded_send(delivered(&context));
+                    let _ = tx.unbounded_send(last);
+                    let _ = tx.unbounded_send(delivered(&context));
+                });
+            match ends {
+                true => assert!(matches!(end, BatchEnd::Ended), "{end:?}"),
+                false => assert!(matches!(end, BatchEnd::Status(_)), "{end:?}"),
+            }
+            assert_eq!(batch.len(), 2, "the message before it is in the batch");
+            assert_eq!(started.elapsed(), Duration::from_millis(5));
+            let mut next = Vec::new();
+            assert!(take_ready(&mut rx, &mut next, 256).is_none());
+            assert_eq!(next.len(), 1, "the one after it is the next batch's");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -632,6 +632,30 @@ fn lingering(linger: Duration) -> Config {
 /// The longest linger the config takes: long enough that a test's own pauses fall inside it.
 const LONG_LINGER: Duration = Duration::from_secs(1);
 
+/// Whether the store knows `conv`/`msg`.
+fn has_message(store: &Store, (conv, msg): (&str, &str)) -> bool {
+    store
+        .message_snapshot(conv, msg)
+        .expect("store readable")
+        .is_some()
+}
+
+/// Waits until the consumer has delivered `n` messages not acked yet (the loop holds them).
+async fn wait_unacked(js: &jetstream::Context, n: u64) {
+    let held =
+        toolstream_testkit::wait::eventually_async(WAIT, || async { unacked(js).await == n }).await;
+    assert!(held.is_some(), "{n} delivered and not acked");
+}
+
+/// Waits until `gate` has let `n` commits (or flushes) through.
+async fn wait_passed(gate: &Gate, n: u64) -> bool {
+    toolstream_testkit::wait::eventually_async(WAIT, || async {
+        gate.passed.load(Ordering::SeqCst) == n
+    })
+    .await
+    .is_some()
+}
+
 /// Sparse input shares its batches (`consumer.batch_linger`, `gather` in consume/mod.rs): a
 /// chunk that finds the loop idle waits for the next, and the two are applied as one batch
 /// and made durable by one flush. Without the linger the first, fetched alone, would have
@@ -643,7 +667,8 @@ async fn inputs_arriving_within_the_linger_of_an_idle_loop_share_one_batch_and_o
     let flushes_before = flushes.passed.load(Ordering::SeqCst);
     let batches_before = run.metrics.batch_apply.count();
     publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    wait_unacked(&run.js, 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     publish_call_start(&run.js, ("c2", "m2"), "call_2", "g").await;
     wait_settled(&run.js, "toolstream")
         .await
@@ -659,19 +684,12 @@ async fn inputs_arriving_within_the_linger_of_an_idle_loop_share_one_batch_and_o
         1,
         "made durable by one flush"
     );
-    for conv in ["c1", "c2"] {
-        let msg = if conv == "c1" { "m1" } else { "m2" };
-        assert!(run
-            .store
-            .message_snapshot(conv, msg)
-            .expect("readable")
-            .is_some());
-    }
+    assert!(has_message(&run.store, ("c1", "m1")) && has_message(&run.store, ("c2", "m2")));
     run.stop().await;
 }
 
-/// A chunk with nothing after it waits out the linger, no longer: it is applied, flushed
-/// and acked once the linger runs out, with no more input to end its wait.
+/// A chunk with nothing after it waits out the linger: it is not applied while the linger
+/// lasts, and is applied, flushed and acked once it runs out, with no more input to end it.
 #[tokio::test]
 async fn a_lone_input_waits_out_the_linger_and_is_then_applied_and_acked() {
     let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
@@ -691,11 +709,47 @@ async fn a_lone_input_waits_out_the_linger_and_is_then_applied_and_acked() {
         .await
         .expect("acked once the linger ran out");
     assert_eq!(commits.passed.load(Ordering::SeqCst), 1);
-    assert!(run
-        .store
-        .message_snapshot("c1", "m1")
-        .expect("readable")
-        .is_some());
+    assert!(has_message(&run.store, ("c1", "m1")));
+    run.stop().await;
+}
+
+/// The linger is for an idle loop only: a batch fetched while another is flushed is applied
+/// at once (it waits for the flush in flight anyway). The linger here outlasts the test's
+/// waits, so a batch that lingered would never be seen applied; so does the ack wait, or
+/// the held batch's redelivery would fill the lingering one.
+#[tokio::test]
+async fn a_batch_fetched_while_another_is_flushed_is_applied_without_lingering() {
+    let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let mut config = lingering(WAIT * 2);
+    config.consumer.batch_size = 2;
+    config.consumer.ack_wait = HumanDuration(WAIT * 4);
+    let run = start_gated_with(config, &commits, &flushes).await;
+    let _open_on_drop = OpenOnDrop(Arc::clone(&flushes));
+    flushes.close();
+    // two chunks fill a batch of two: it goes at once, and its flush is held
+    publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
+    publish_call_start(&run.js, ("c2", "m2"), "call_2", "g").await;
+    assert!(
+        wait_passed(&commits, 2).await,
+        "a full batch does not linger"
+    );
+    let held = toolstream_testkit::wait::eventually_async(WAIT, || async {
+        flushes.held.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert!(held.is_some(), "its flush waits at the gate");
+    // a third arrives while that flush is held: a batch of one, applied at once
+    publish_call_start(&run.js, ("c3", "m3"), "call_3", "h").await;
+    assert!(
+        wait_passed(&commits, 3).await,
+        "applied while the flush is held"
+    );
+    assert_eq!(flushes.held.load(Ordering::SeqCst), 1, "still held");
+    flushes.open();
+    wait_settled(&run.js, "toolstream")
+        .await
+        .expect("all three acked once flushed");
+    assert!(has_message(&run.store, ("c3", "m3")));
     run.stop().await;
 }
 
@@ -705,18 +759,21 @@ async fn a_lone_input_waits_out_the_linger_and_is_then_applied_and_acked() {
 async fn shutdown_during_a_linger_applies_and_acks_the_batch_in_hand() {
     let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
     let mut run = start_gated_with(lingering(LONG_LINGER), &commits, &flushes).await;
+    let published = std::time::Instant::now();
     publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_unacked(&run.js, 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // (a machine too slow to look within the linger says nothing here)
+    if published.elapsed() < LONG_LINGER - Duration::from_millis(200) {
+        assert_eq!(commits.passed.load(Ordering::SeqCst), 0, "it lingers");
+    }
     run.stop.trigger();
     tokio::time::timeout(Duration::from_secs(5), &mut run.task)
         .await
         .expect("the loop stops soon after shutdown")
         .expect("the loop does not panic");
     assert_eq!(commits.passed.load(Ordering::SeqCst), 1, "applied");
-    let acked =
-        toolstream_testkit::wait::eventually_async(WAIT, || async { unacked(&run.js).await == 0 })
-            .await;
-    assert!(acked.is_some(), "and acked, not left for redelivery");
+    wait_unacked(&run.js, 0).await;
     let mut consumer: PullConsumer = run
         .js
         .get_stream("TOOLSTREAM_IN")
@@ -727,9 +784,5 @@ async fn shutdown_during_a_linger_applies_and_acks_the_batch_in_hand() {
         .expect("consumer");
     let pending = consumer.info().await.expect("consumer info").num_pending;
     assert_eq!(pending, 0, "nothing left to deliver");
-    assert!(run
-        .store
-        .message_snapshot("c1", "m1")
-        .expect("readable")
-        .is_some());
+    assert!(has_message(&run.store, ("c1", "m1")));
 }

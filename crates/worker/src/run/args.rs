@@ -78,7 +78,7 @@ pub struct RunArgs {
     #[arg(long, env = "TOOLSTREAM_FETCH_EXPIRY", value_name = "DURATION")]
     pub fetch_expiry: Option<HumanDuration>,
     /// With nothing applied or flushed, how long a short batch waits for more messages;
-    /// 0ms: never [default: 2ms].
+    /// 0ms: never, at most 1s and a tenth of --ack-wait [default: 2ms].
     #[arg(long, env = "TOOLSTREAM_BATCH_LINGER", value_name = "DURATION")]
     pub batch_linger: Option<HumanDuration>,
     /// Deliveries of one message before the worker dead-letters it (store_error, poison) [default: 5].
@@ -233,8 +233,8 @@ mod tests {
         assert_eq!(c.consumer.max_deliver, 5, "default stays");
     }
 
-    /// A linger is 0 (never) to 1s: longer, every input of a short batch would wait that
-    /// long before it is applied.
+    /// A linger is 0 (never) to 1s, and at most a tenth of the ack wait: longer, every input
+    /// of a short batch would wait that long before it is applied, unacked.
     #[test]
     fn a_batch_linger_of_zero_to_one_second_is_taken_and_a_longer_one_refused() {
         for (text, ms) in [("0ms", 0), ("5ms", 5), ("1s", 1000)] {
@@ -242,9 +242,16 @@ mod tests {
             let c = cli.args.resolve().unwrap();
             assert_eq!(c.consumer.batch_linger.get(), Duration::from_millis(ms));
         }
-        let cli = Cli::parse_from(["x", "--batch-linger", "1001ms"]);
-        let err = cli.args.resolve().unwrap_err().to_string();
-        assert!(err.contains("consumer.batch_linger"), "{err}");
+        for flags in [
+            vec!["--batch-linger", "1001ms"],
+            vec!["--batch-linger", "200ms", "--ack-wait", "1s"],
+        ] {
+            let cli = Cli::parse_from(["x"].into_iter().chain(flags.iter().copied()));
+            let err = cli.args.resolve().unwrap_err().to_string();
+            assert!(err.contains("consumer.batch_linger"), "{flags:?}: {err}");
+        }
+        let cli = Cli::parse_from(["x", "--batch-linger", "100ms", "--ack-wait", "1s"]);
+        assert!(cli.args.resolve().is_ok(), "a tenth of ack_wait is taken");
     }
 
     /// tokio's `interval` panics on a zero period, and `Instant + huge` overflows: such

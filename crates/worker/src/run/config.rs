@@ -277,11 +277,13 @@ pub struct ConsumerConfig {
     /// How long one pull request waits on the server for messages (default `5s`).
     pub fetch_expiry: HumanDuration,
     /// With nothing being applied or flushed, how long a batch smaller than `batch_size`
-    /// waits for more messages before it is applied (default `2ms`; `0ms`: never). Every
-    /// batch pays a flush (`fdatasync`) and hand-offs between threads whatever its size, so
-    /// when input is sparse this trades up to this much latency for fewer, larger batches
-    /// (see the consume loop's docs). Under a backlog batches are full, or the last one is
-    /// still being applied or flushed, and nothing waits.
+    /// waits for more messages before it is applied (default `2ms`; `0ms`: never; at most
+    /// `1s` and a tenth of `ack_wait`). Every batch pays a flush (`fdatasync`) and hand-offs
+    /// between threads whatever its size, so when input is sparse this trades about this
+    /// much latency (tokio's timers round up to the next millisecond) for fewer, larger
+    /// batches (see the consume loop's docs). Under a backlog a batch fills at once, or the
+    /// last one is still being applied or flushed, and nothing waits longer than it takes to
+    /// fill a batch.
     pub batch_linger: HumanDuration,
     /// Deliveries of one message before the worker gives up on it with a dead letter (default
     /// 5): a message that keeps failing to be stored (`store_error`), or during which the

@@ -68,11 +68,19 @@ impl Config {
         if c.fetch_expiry.get() < Duration::from_millis(100) {
             bail!("consumer.fetch_expiry must be at least 100ms");
         }
-        if c.batch_linger.get() > Duration::from_secs(1) {
+        let linger = c.batch_linger.get();
+        if linger > Duration::from_secs(1) {
             bail!(
-                "consumer.batch_linger ({:?}) must be at most 1s: every input of a short batch \
-                 waits that long before it is applied",
-                c.batch_linger.get()
+                "consumer.batch_linger ({linger:?}) must be at most 1s: every input of a short \
+                 batch waits that long before it is applied"
+            );
+        }
+        if linger * 10 > c.ack_wait.get() {
+            bail!(
+                "consumer.batch_linger ({linger:?}) must be at most a tenth of consumer.ack_wait \
+                 ({:?}): a batch's inputs wait out the linger unacked, and the server redelivers \
+                 what is not acked in time",
+                c.ack_wait.get()
             );
         }
         if self.relay.batch == 0 {

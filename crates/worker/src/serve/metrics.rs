@@ -98,9 +98,10 @@ pub struct Metrics {
 /// two hosts shifts every figure, and an age the clocks make negative counts as zero).
 #[derive(Debug, Default)]
 pub struct InputLag {
-    /// The consume loop took it from the client (`stage="fetched"`; async-nats buffers what
-    /// the pull consumer delivered): the time in JetStream, on the wire and in that buffer,
-    /// and any backlog ahead of it. Every delivery counts: a redelivery is counted again, at
+    /// The consume loop took it from the client into a batch (`stage="fetched"`; async-nats
+    /// buffers what the pull consumer delivered): the time in JetStream, on the wire and in
+    /// that buffer, any backlog ahead of it, and the batch's linger if it waited for more
+    /// input (`consumer.batch_linger`). Every delivery counts: a redelivery is counted again, at
     /// its age since it was first stored.
     pub fetched: Histogram,
     /// The loop saw the flush that made it durable return, and it is acked or terminated now
