@@ -363,8 +363,8 @@ async fn the_store_timers_run_at_the_settled_watermark_not_the_wall_clock() {
     run.stop().await;
 }
 
-/// The number of the durable consumer's messages delivered and not acked yet.
-async fn unacked(js: &jetstream::Context) -> u64 {
+/// What the server says of the durable consumer now.
+async fn consumer_info(js: &jetstream::Context) -> jetstream::consumer::Info {
     let mut consumer: PullConsumer = js
         .get_stream("TOOLSTREAM_IN")
         .await
@@ -372,8 +372,12 @@ async fn unacked(js: &jetstream::Context) -> u64 {
         .get_consumer("toolstream")
         .await
         .expect("consumer");
-    let info = consumer.info().await.expect("consumer info");
-    info.num_ack_pending as u64
+    consumer.info().await.expect("consumer info").clone()
+}
+
+/// The number of the durable consumer's messages delivered and not acked yet.
+async fn unacked(js: &jetstream::Context) -> u64 {
+    consumer_info(js).await.num_ack_pending as u64
 }
 
 /// Pins the loop's group commit (consume/batch.rs): a batch is acked only after a flush that
@@ -774,15 +778,7 @@ async fn shutdown_during_a_linger_applies_and_acks_the_batch_in_hand() {
         .expect("the loop does not panic");
     assert_eq!(commits.passed.load(Ordering::SeqCst), 1, "applied");
     wait_unacked(&run.js, 0).await;
-    let mut consumer: PullConsumer = run
-        .js
-        .get_stream("TOOLSTREAM_IN")
-        .await
-        .expect("input stream")
-        .get_consumer("toolstream")
-        .await
-        .expect("consumer");
-    let pending = consumer.info().await.expect("consumer info").num_pending;
+    let pending = consumer_info(&run.js).await.num_pending;
     assert_eq!(pending, 0, "nothing left to deliver");
     assert!(has_message(&run.store, ("c1", "m1")));
 }
