@@ -166,8 +166,9 @@ impl ConsumeLoop {
                             )
                             .await;
                             if !self.holds_lease() {
-                                // lost while the batch lingered: the partition is another
-                                // worker's now, and nothing fetched is applied or acked here
+                                // lost meanwhile (a linger can last a while): the partition
+                                // is another worker's now, and nothing fetched is applied or
+                                // acked here
                                 break;
                             }
                             self.process(batch, &mut pipeline).await;

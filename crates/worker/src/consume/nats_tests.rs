@@ -48,7 +48,21 @@ where
 }
 
 /// [`start`] with the loop's config and store given.
-async fn start_with<F, Fut>(mut config: Config, store: Arc<Store>, produce: F) -> Running
+async fn start_with<F, Fut>(config: Config, store: Arc<Store>, produce: F) -> Running
+where
+    F: FnOnce(Producer) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    start_leased(config, store, produce, None).await
+}
+
+/// [`start_with`] for a partition held under `guard` (a lease), if given.
+async fn start_leased<F, Fut>(
+    mut config: Config,
+    store: Arc<Store>,
+    produce: F,
+    guard: Option<Arc<dyn sink::guarded::Guard>>,
+) -> Running
 where
     F: FnOnce(Producer) -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -76,7 +90,7 @@ where
         abort_after_flushes: None,
         watermark: Arc::clone(&watermark),
         store_failures: Default::default(),
-        guard: None,
+        guard,
         published: Default::default(),
         checkpoint: None,
         attempts: None,
@@ -112,12 +126,22 @@ async fn start_gated(commits: &Arc<Gate>, flushes: &Arc<Gate>) -> Running {
 
 /// [`start_gated`] with `config` (whose ticks must be as rare as [`without_ticks`]').
 async fn start_gated_with(config: Config, commits: &Arc<Gate>, flushes: &Arc<Gate>) -> Running {
+    start_gated_leased(config, commits, flushes, None).await
+}
+
+/// [`start_gated_with`] for a partition held under `guard`, if given.
+async fn start_gated_leased(
+    config: Config,
+    commits: &Arc<Gate>,
+    flushes: &Arc<Gate>,
+    guard: Option<Arc<dyn sink::guarded::Guard>>,
+) -> Running {
     let store = Arc::new(super::testing::gated_store(
         Arc::clone(commits),
         Arc::clone(flushes),
         config.assembler.clone(),
     ));
-    let run = start_with(config, store, |_| async {}).await;
+    let run = start_leased(config, store, |_| async {}, guard).await;
     let ticked = toolstream_testkit::wait::eventually_async(WAIT, || async {
         flushes.passed.load(Ordering::SeqCst) >= 1
     })
@@ -664,10 +688,15 @@ async fn wait_passed(gate: &Gate, n: u64) -> bool {
 /// chunk that finds the loop idle waits for the next, and the two are applied as one batch
 /// and made durable by one flush. Without the linger the first, fetched alone, would have
 /// been applied and flushed alone long before the second was published.
+/// (Batches of two, and a linger and an ack wait that outlast the test: the two go together
+/// however slow the machine, and only without the linger would the first go alone.)
 #[tokio::test]
 async fn inputs_arriving_within_the_linger_of_an_idle_loop_share_one_batch_and_one_flush() {
     let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
-    let run = start_gated_with(lingering(LONG_LINGER), &commits, &flushes).await;
+    let mut config = lingering(WAIT * 2);
+    config.consumer.batch_size = 2;
+    config.consumer.ack_wait = HumanDuration(WAIT * 4);
+    let run = start_gated_with(config, &commits, &flushes).await;
     let flushes_before = flushes.passed.load(Ordering::SeqCst);
     let batches_before = run.metrics.batch_apply.count();
     publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
@@ -781,4 +810,46 @@ async fn shutdown_during_a_linger_applies_and_acks_the_batch_in_hand() {
     let pending = consumer_info(&run.js).await.num_pending;
     assert_eq!(pending, 0, "nothing left to deliver");
     assert!(has_message(&run.store, ("c1", "m1")));
+}
+
+/// A lease: held until `lose` (a lapsed or stolen lease, as the engine's guard sees it).
+struct Lease(std::sync::atomic::AtomicBool);
+
+impl sink::guarded::Guard for Lease {
+    fn is_valid(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn owner(&self) -> String {
+        "test-worker/1".into()
+    }
+}
+
+/// A lease lost while a batch lingers: the batch is dropped, neither applied nor acked (the
+/// guard's promise: once the lease no longer holds, the loop acks and fetches nothing more;
+/// the partition's new owner reads it through its own consumer). Shutdown ends the linger
+/// here; without the lease check after it, the batch would be applied.
+#[tokio::test]
+async fn a_lease_lost_while_a_batch_lingers_leaves_the_batch_unapplied_and_unacked() {
+    let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let lease = Arc::new(Lease(std::sync::atomic::AtomicBool::new(true)));
+    let mut config = lingering(WAIT * 2);
+    config.consumer.ack_wait = HumanDuration(WAIT * 4);
+    let guard: Arc<dyn sink::guarded::Guard> = lease.clone();
+    let mut run = start_gated_leased(config, &commits, &flushes, Some(guard)).await;
+    publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
+    wait_unacked(&run.js, 1).await;
+    lease.0.store(false, Ordering::SeqCst);
+    run.stop.trigger();
+    tokio::time::timeout(Duration::from_secs(5), &mut run.task)
+        .await
+        .expect("the loop stops")
+        .expect("the loop does not panic");
+    assert_eq!(commits.passed.load(Ordering::SeqCst), 0, "not applied");
+    assert!(!has_message(&run.store, ("c1", "m1")));
+    assert_eq!(
+        unacked(&run.js).await,
+        1,
+        "not acked: the new owner gets it"
+    );
 }

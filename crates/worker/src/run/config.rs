@@ -279,9 +279,10 @@ pub struct ConsumerConfig {
     /// With nothing being applied or flushed, how long a batch smaller than `batch_size`
     /// waits for more messages before it is applied (default `2ms`; `0ms`: never; at most
     /// `1s` and a tenth of `ack_wait`). Every batch pays a flush (`fdatasync`) and hand-offs
-    /// between threads whatever its size, so when input is sparse this trades about this
-    /// much latency (tokio's timers round up to the next millisecond) for fewer, larger
-    /// batches (see the consume loop's docs). Under a backlog a batch fills at once, or the
+    /// between threads whatever its size, so when input is sparse this trades latency
+    /// (about this much at the median: tokio's timers round up to the next millisecond; the
+    /// README's "Batches that wait for company" has the tail) for fewer, larger batches and
+    /// less CPU (see the consume loop's docs). Under a backlog a batch fills at once, or the
     /// last one is still being applied or flushed, and nothing waits longer than it takes to
     /// fill a batch.
     pub batch_linger: HumanDuration,
