@@ -660,6 +660,15 @@ fn lingering(linger: Duration) -> Config {
 /// The longest linger the config takes: long enough that a test's own pauses fall inside it.
 const LONG_LINGER: Duration = Duration::from_secs(1);
 
+/// [`lingering`] past the test's waits (a test config is not validated): a batch that
+/// lingers is not seen applied in time; and an ack wait longer still, or a redelivery of
+/// what the loop holds unacked would fill a lingering batch.
+fn lingering_past_the_test() -> Config {
+    let mut config = lingering(WAIT * 2);
+    config.consumer.ack_wait = HumanDuration(WAIT * 4);
+    config
+}
+
 /// Whether the store knows `conv`/`msg`.
 fn has_message(store: &Store, (conv, msg): (&str, &str)) -> bool {
     store
@@ -693,9 +702,8 @@ async fn wait_passed(gate: &Gate, n: u64) -> bool {
 #[tokio::test]
 async fn inputs_arriving_within_the_linger_of_an_idle_loop_share_one_batch_and_one_flush() {
     let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
-    let mut config = lingering(WAIT * 2);
+    let mut config = lingering_past_the_test();
     config.consumer.batch_size = 2;
-    config.consumer.ack_wait = HumanDuration(WAIT * 4);
     let run = start_gated_with(config, &commits, &flushes).await;
     let flushes_before = flushes.passed.load(Ordering::SeqCst);
     let batches_before = run.metrics.batch_apply.count();
@@ -748,14 +756,12 @@ async fn a_lone_input_waits_out_the_linger_and_is_then_applied_and_acked() {
 
 /// The linger is for an idle loop only: a batch fetched while another is flushed is applied
 /// at once (it waits for the flush in flight anyway). The linger here outlasts the test's
-/// waits, so a batch that lingered would never be seen applied; so does the ack wait, or
-/// the held batch's redelivery would fill the lingering one.
+/// waits, so a batch that lingered would never be seen applied.
 #[tokio::test]
 async fn a_batch_fetched_while_another_is_flushed_is_applied_without_lingering() {
     let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
-    let mut config = lingering(WAIT * 2);
+    let mut config = lingering_past_the_test();
     config.consumer.batch_size = 2;
-    config.consumer.ack_wait = HumanDuration(WAIT * 4);
     let run = start_gated_with(config, &commits, &flushes).await;
     let _open_on_drop = OpenOnDrop(Arc::clone(&flushes));
     flushes.close();
@@ -833,8 +839,7 @@ impl sink::guarded::Guard for Lease {
 async fn a_lease_lost_while_a_batch_lingers_leaves_the_batch_unapplied_and_unacked() {
     let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
     let lease = Arc::new(Lease(std::sync::atomic::AtomicBool::new(true)));
-    let mut config = lingering(WAIT * 2);
-    config.consumer.ack_wait = HumanDuration(WAIT * 4);
+    let config = lingering_past_the_test();
     let guard: Arc<dyn sink::guarded::Guard> = lease.clone();
     let mut run = start_gated_leased(config, &commits, &flushes, Some(guard)).await;
     publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
