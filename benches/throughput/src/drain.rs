@@ -100,20 +100,22 @@ const CONSUMER: &str = "toolstream";
 const INPUT_STREAM: &str = "TOOLSTREAM_IN";
 
 /// Drains `backlog` once with `contender` on a fresh `server`; `provisioner` is the worker
-/// binary that creates the streams and the consumer first.
+/// binary that creates the streams and the consumer first. A worker has `stop_grace` to exit
+/// after SIGTERM before it is killed.
 pub async fn drain(
     contender: &Contender,
     backlog: &Backlog,
     server: &ServerBin,
     provisioner: &Path,
     worker_args: &[String],
+    stop_grace: Duration,
 ) -> anyhow::Result<Drained> {
     let server = NatsServer::start_with(server).map_err(|e| anyhow::anyhow!("{e}"))?;
     let dir = tempfile::tempdir().context("temp dir")?;
     {
         let mut w = Worker::start(provisioner, &server.url(), dir.path(), worker_args)?;
         w.wait_healthy(Duration::from_secs(30)).await?;
-        w.stop(Duration::from_secs(20)).await;
+        w.stop(stop_grace).await;
     }
     let client = async_nats::connect(server.url()).await.context("connect")?;
     preload(&client, backlog).await?;
@@ -129,7 +131,7 @@ pub async fn drain(
                 &server.url(),
                 dir.path(),
                 worker_args,
-                limit,
+                (limit, stop_grace),
             )
             .await
         }
@@ -229,7 +231,7 @@ async fn drain_worker(
     url: &str,
     dir: &Path,
     worker_args: &[String],
-    limit: Duration,
+    (limit, stop_grace): (Duration, Duration),
 ) -> anyhow::Result<Drained> {
     let js = jetstream::new(client.clone());
     let mut events = subscribe_events(client).await?;
@@ -270,7 +272,7 @@ async fn drain_worker(
                 let peak_rss = procfs::peak_rss(pid);
                 let metrics = worker.metrics().await.unwrap_or_default();
                 keep_metrics(&metrics);
-                worker.stop(Duration::from_secs(20)).await;
+                worker.stop(stop_grace).await;
                 return Ok(Drained {
                     inputs: backlog.inputs.len(),
                     elapsed: end - t0,

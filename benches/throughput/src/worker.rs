@@ -148,24 +148,36 @@ impl Worker {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
-    /// SIGTERM (graceful drain), then SIGKILL if it has not exited within `grace`.
-    pub async fn stop(&mut self, grace: Duration) {
+    /// SIGTERM (graceful drain), then SIGKILL if it has not exited within `grace`. Returns
+    /// whether it exited on its own; when it had to be killed it says so on stderr, since
+    /// whatever the process meant to write at exit (a profiler's report, when the worker
+    /// binary is a script that runs it under one) is lost.
+    pub async fn stop(&mut self, grace: Duration) -> bool {
         let Some(mut child) = self.child.take() else {
-            return;
+            return true;
         };
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(child.id().to_string())
             .status();
         let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
+        loop {
             if let Ok(Some(_)) = child.try_wait() {
-                return;
+                return true;
+            }
+            if Instant::now() >= deadline {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        eprintln!(
+            "worker {} did not exit within {grace:?} of SIGTERM: killed (under a profiler, give \
+             it longer: perf --stop-grace-secs)",
+            child.id()
+        );
         let _ = child.kill();
         let _ = child.wait();
+        false
     }
 }
 
@@ -175,5 +187,40 @@ impl Drop for Worker {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in worker binary: a script that takes SIGTERM as `on_term` says.
+    fn script(dir: &Path, on_term: &str) -> PathBuf {
+        let path = dir.join("worker.sh");
+        let text = format!("#!/bin/sh\ntrap '{on_term}' TERM\nwhile :; do sleep 0.05; done\n");
+        std::fs::write(&path, text).expect("script written");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .expect("script made executable");
+        path
+    }
+
+    /// A worker that takes a while to stop after SIGTERM is waited for within the grace; one
+    /// that does not stop in it is killed, and `stop` says which happened.
+    #[tokio::test]
+    async fn stop_waits_out_a_slow_graceful_exit_and_kills_only_past_the_grace() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let slow = script(dir.path(), "sleep 0.3; exit 0");
+        let mut w = Worker::start(&slow, "nats://127.0.0.1:1", dir.path(), &[]).expect("started");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(w.stop(Duration::from_secs(30)).await, "exited on its own");
+
+        let deaf = script(dir.path(), ":");
+        let mut w = Worker::start(&deaf, "nats://127.0.0.1:1", dir.path(), &[]).expect("started");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !w.stop(Duration::from_millis(300)).await,
+            "killed past the grace"
+        );
     }
 }

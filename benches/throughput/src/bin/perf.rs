@@ -81,6 +81,10 @@ struct Args {
     /// Starts measured per build with --startup-only (each after a first that provisions).
     #[arg(long, default_value_t = 21, value_parser = clap::value_parser!(u32).range(1..))]
     starts: u32,
+    /// Seconds a drained worker has to exit after SIGTERM before it is killed (a worker under
+    /// valgrind needs minutes, and its report is written only at exit).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    stop_grace_secs: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -165,10 +169,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 let n = contenders.len();
                 for k in 0..n {
                     let contender = &contenders[(k + round - 1) % n];
-                    let drained =
-                        drain::drain(contender, &backlog, server, &worker_bin, &args.worker_args)
-                            .await
-                            .with_context(|| format!("{} round {round}", contender.label()))?;
+                    let grace = Duration::from_secs(args.stop_grace_secs);
+                    let drained = drain::drain(
+                        contender,
+                        &backlog,
+                        server,
+                        &worker_bin,
+                        &args.worker_args,
+                        grace,
+                    )
+                    .await
+                    .with_context(|| format!("{} round {round}", contender.label()))?;
                     eprintln!(
                         "   round {round} {:<16} {:>9.0} inputs/s  {:>6.2} s  CPU {}",
                         contender.label(),
