@@ -189,9 +189,14 @@ fn weather_call() -> Call {
 
 impl Running {
     /// Asks the loop to stop and waits for it (a few seconds at most).
-    async fn stop(self) {
+    async fn stop(mut self) {
+        self.stop_loop().await;
+    }
+
+    /// [`Running::stop`], keeping the server and the store to look at afterwards.
+    async fn stop_loop(&mut self) {
         self.stop.trigger();
-        tokio::time::timeout(Duration::from_secs(5), self.task)
+        tokio::time::timeout(Duration::from_secs(5), &mut self.task)
             .await
             .expect("the loop stops soon after shutdown")
             .expect("the loop does not panic");
@@ -669,6 +674,22 @@ fn lingering_past_the_test() -> Config {
     config
 }
 
+/// [`lingering_past_the_test`] in batches of two: a batch goes only once full (or with the
+/// pipeline busy, at once).
+fn pairs_lingering_past_the_test() -> Config {
+    let mut config = lingering_past_the_test();
+    config.consumer.batch_size = 2;
+    config
+}
+
+/// Asserts that nothing went through `commits` yet: an input published at `published` still
+/// lingers (a machine too slow to look well within the linger says nothing).
+fn assert_still_lingering(commits: &Gate, published: std::time::Instant, what: &str) {
+    if published.elapsed() < LONG_LINGER - Duration::from_millis(200) {
+        assert_eq!(commits.passed.load(Ordering::SeqCst), 0, "{what}");
+    }
+}
+
 /// Whether the store knows `conv`/`msg`.
 fn has_message(store: &Store, (conv, msg): (&str, &str)) -> bool {
     store
@@ -702,9 +723,7 @@ async fn wait_passed(gate: &Gate, n: u64) -> bool {
 #[tokio::test]
 async fn inputs_arriving_within_the_linger_of_an_idle_loop_share_one_batch_and_one_flush() {
     let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
-    let mut config = lingering_past_the_test();
-    config.consumer.batch_size = 2;
-    let run = start_gated_with(config, &commits, &flushes).await;
+    let run = start_gated_with(pairs_lingering_past_the_test(), &commits, &flushes).await;
     let flushes_before = flushes.passed.load(Ordering::SeqCst);
     let batches_before = run.metrics.batch_apply.count();
     publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
@@ -738,14 +757,7 @@ async fn a_lone_input_waits_out_the_linger_and_is_then_applied_and_acked() {
     let published = std::time::Instant::now();
     publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // (a machine too slow to look within the linger says nothing here)
-    if published.elapsed() < LONG_LINGER - Duration::from_millis(200) {
-        assert_eq!(
-            commits.passed.load(Ordering::SeqCst),
-            0,
-            "not applied while it lingers"
-        );
-    }
+    assert_still_lingering(&commits, published, "not applied while it lingers");
     wait_settled(&run.js, "toolstream")
         .await
         .expect("acked once the linger ran out");
@@ -760,9 +772,7 @@ async fn a_lone_input_waits_out_the_linger_and_is_then_applied_and_acked() {
 #[tokio::test]
 async fn a_batch_fetched_while_another_is_flushed_is_applied_without_lingering() {
     let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
-    let mut config = lingering_past_the_test();
-    config.consumer.batch_size = 2;
-    let run = start_gated_with(config, &commits, &flushes).await;
+    let run = start_gated_with(pairs_lingering_past_the_test(), &commits, &flushes).await;
     let _open_on_drop = OpenOnDrop(Arc::clone(&flushes));
     flushes.close();
     // two chunks fill a batch of two: it goes at once, and its flush is held
@@ -802,15 +812,8 @@ async fn shutdown_during_a_linger_applies_and_acks_the_batch_in_hand() {
     publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
     wait_unacked(&run.js, 1).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    // (a machine too slow to look within the linger says nothing here)
-    if published.elapsed() < LONG_LINGER - Duration::from_millis(200) {
-        assert_eq!(commits.passed.load(Ordering::SeqCst), 0, "it lingers");
-    }
-    run.stop.trigger();
-    tokio::time::timeout(Duration::from_secs(5), &mut run.task)
-        .await
-        .expect("the loop stops soon after shutdown")
-        .expect("the loop does not panic");
+    assert_still_lingering(&commits, published, "it lingers");
+    run.stop_loop().await;
     assert_eq!(commits.passed.load(Ordering::SeqCst), 1, "applied");
     wait_unacked(&run.js, 0).await;
     let pending = consumer_info(&run.js).await.num_pending;
@@ -818,7 +821,8 @@ async fn shutdown_during_a_linger_applies_and_acks_the_batch_in_hand() {
     assert!(has_message(&run.store, ("c1", "m1")));
 }
 
-/// A lease: held until `lose` (a lapsed or stolen lease, as the engine's guard sees it).
+/// A lease, held while its flag is set (cleared: a lapsed or stolen lease, as the engine's
+/// guard sees it).
 struct Lease(std::sync::atomic::AtomicBool);
 
 impl sink::guarded::Guard for Lease {
@@ -845,11 +849,7 @@ async fn a_lease_lost_while_a_batch_lingers_leaves_the_batch_unapplied_and_unack
     publish_call_start(&run.js, ("c1", "m1"), "call_1", "f").await;
     wait_unacked(&run.js, 1).await;
     lease.0.store(false, Ordering::SeqCst);
-    run.stop.trigger();
-    tokio::time::timeout(Duration::from_secs(5), &mut run.task)
-        .await
-        .expect("the loop stops")
-        .expect("the loop does not panic");
+    run.stop_loop().await;
     assert_eq!(commits.passed.load(Ordering::SeqCst), 0, "not applied");
     assert!(!has_message(&run.store, ("c1", "m1")));
     assert_eq!(
