@@ -153,6 +153,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
 
     let mut rows: Vec<DrainRow> = Vec::new();
+    let grace = Duration::from_secs(args.stop_grace_secs);
     for server in &servers {
         for name in &args.workloads {
             let backlog = workloads::build(name, args.backlog)?;
@@ -169,7 +170,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 let n = contenders.len();
                 for k in 0..n {
                     let contender = &contenders[(k + round - 1) % n];
-                    let grace = Duration::from_secs(args.stop_grace_secs);
                     let drained = drain::drain(
                         contender,
                         &backlog,
