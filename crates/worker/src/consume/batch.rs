@@ -27,6 +27,7 @@ use super::ConsumeLoop;
 use crate::serve::metrics::{Histogram, InputLag, Metrics};
 use assembler::{Applied, InputKind, StoreError};
 use async_nats::jetstream::{self, AckKind};
+use futures::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -279,11 +280,18 @@ impl ConsumeLoop {
         pipeline.in_flight = Some(InFlight { staged, flush });
     }
 
-    /// The running flush returned `result` ([`Pipeline::flush_done`]): settles the batches it
-    /// covered and starts the next flush for those applied meanwhile.
+    /// The running flush returned `result` ([`Pipeline::flush_done`]): starts the next flush
+    /// for the batches applied meanwhile, hands on an apply that has returned meanwhile, and
+    /// then settles the batches the flush covered.
+    ///
+    /// Settling is one ack (and one message dropped) per input on this task, a batch's worth
+    /// of work; the loop polls nothing else meanwhile. So the next flush and the next apply
+    /// are started first, and run on the blocking pool while these acks go out: under a
+    /// backlog they would otherwise wait for every ack of the batch before.
     pub(super) async fn flushed(&self, pipeline: &mut Pipeline, result: (bool, Duration)) {
         let (flushed, flush_time) = result;
-        if let Some(f) = pipeline.in_flight.take() {
+        let done = pipeline.in_flight.take();
+        if done.is_some() {
             self.metrics.batch_flush.observe(flush_time);
             // The events are durable now: the relay publishes them while the inputs are
             // acked, not after (a batch's acks are one publish each). A flush that made no
@@ -291,13 +299,21 @@ impl ConsumeLoop {
             if flushed && self.store.take_relay_news() {
                 self.relay_wake.notify_one();
             }
+        }
+        // (the next flush begins after every commit of the batches waiting for it, which is
+        // all an ack of theirs needs; the batches settled below needed only the flush that
+        // returned)
+        self.start_flush(pipeline);
+        if let Some(applied) = apply_done(&mut pipeline.applying).now_or_never() {
+            self.applied(pipeline, applied);
+        }
+        if let Some(f) = done {
             // (read once: a later batch's inputs are not made older by the acks before them)
             let durable_at_us = now_us();
             for staged in f.staged {
                 self.settle(staged, flushed, durable_at_us).await;
             }
         }
-        self.start_flush(pipeline);
     }
 
     /// Applies what was fetched, flushes and settles everything (before a message applied
@@ -562,5 +578,121 @@ fn task_failed() -> StoreError {
     StoreError::Corrupt {
         space: "worker",
         detail: "apply task failed".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consume::testing::{gated_store, jetstream_message, Gate};
+    use crate::run::config::ConsumerConfig;
+    use std::sync::atomic::Ordering;
+    use toolstream_testkit::harness::WAIT;
+    use toolstream_testkit::wait::eventually_async;
+
+    /// A loop on a store whose commits and flushes pass `commits` and `flushes`, whose acks go
+    /// to a client that never connects and has room for one command: its second ack waits
+    /// for good (a busy connection, as far as the loop can tell).
+    async fn loop_whose_acks_wait(commits: &Arc<Gate>, flushes: &Arc<Gate>) -> ConsumeLoop {
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .client_capacity(1)
+            .connect("nats://127.0.0.1:1")
+            .await
+            .expect("a client that connects in the background");
+        ConsumeLoop {
+            store: Arc::new(gated_store(
+                Arc::clone(commits),
+                Arc::clone(flushes),
+                assembler::Config::default(),
+            )),
+            js: jetstream::new(client),
+            subjects: crate::consume::testing::subjects(),
+            metrics: Default::default(),
+            relay_wake: Default::default(),
+            config: ConsumerConfig::default(),
+            #[cfg(feature = "failpoints")]
+            abort_after_flushes: None,
+            watermark: Default::default(),
+            store_failures: Default::default(),
+            guard: None,
+            published: Default::default(),
+            checkpoint: None,
+            attempts: None,
+        }
+    }
+
+    /// `n` fresh messages of stream sequences `first..`, on `lp`'s client.
+    fn fresh(lp: &ConsumeLoop, first: u64, n: u64) -> Vec<(jetstream::Message, Delivery)> {
+        (first..first + n)
+            .map(|seq| {
+                let reply = format!("$JS.ACK.toolstream.c.1.{seq}.{seq}.1700000000000000000.0");
+                let msg = jetstream_message(&lp.js, &reply);
+                let delivery = Delivery::of(&msg);
+                (msg, delivery)
+            })
+            .collect()
+    }
+
+    /// `n` messages of sequences `first..` applied as `lp` applies a batch (committed to its
+    /// store, not flushed), with their outcomes.
+    fn applied_batch(lp: &ConsumeLoop, first: u64, n: u64) -> Staged {
+        let work = lp.parse(fresh(lp, first, n));
+        let (outcomes, _) =
+            apply_inputs(&lp.store, work.iter().filter_map(|w| w.parsed.as_ref().ok()));
+        assert_eq!(outcomes.len(), n as usize, "every input reached the store");
+        Staged { work, outcomes }
+    }
+
+    /// When a flush returns, the flush of the batches applied meanwhile and the apply of the
+    /// next fetched batch start at once, on the blocking pool: they do not wait for the acks
+    /// of the batches the flush covered, which the loop sends one by one (a batch's worth of
+    /// work on its task, during which it polls nothing else). Here those acks wait for good,
+    /// and the next flush and apply still run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_next_flush_and_apply_start_before_the_flushed_batches_are_acked() {
+        let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+        let lp = Arc::new(loop_whose_acks_wait(&commits, &flushes).await);
+        let mut pipeline = Pipeline::default();
+        // three inputs covered by the flush that returns, one waiting for the next flush,
+        // one whose apply has returned, one fetched
+        pipeline.in_flight = Some(InFlight {
+            staged: vec![applied_batch(&lp, 1, 3)],
+            flush: tokio::spawn(async { (true, Duration::ZERO) }),
+        });
+        pipeline.waiting.push(applied_batch(&lp, 4, 1));
+        let Staged { work, outcomes } = applied_batch(&lp, 5, 1);
+        let (done, returned) = oneshot::channel();
+        assert!(done.send((work, Ok((outcomes, Duration::ZERO)))).is_ok());
+        pipeline.applying = Some(Applying {
+            done: returned,
+            flush: None,
+        });
+        pipeline.fetched = fresh(&lp, 6, 1);
+        let (commits_before, flushes_before) = (
+            commits.passed.load(Ordering::SeqCst),
+            flushes.passed.load(Ordering::SeqCst),
+        );
+
+        let settling = tokio::spawn({
+            let lp = Arc::clone(&lp);
+            async move { lp.flushed(&mut pipeline, (true, Duration::ZERO)).await }
+        });
+        let started = eventually_async(WAIT, || async {
+            flushes.passed.load(Ordering::SeqCst) > flushes_before
+                && commits.passed.load(Ordering::SeqCst) > commits_before
+        })
+        .await;
+        assert!(
+            started.is_some(),
+            "the next flush ({} passed) and apply ({} commits) ran while the acks waited",
+            flushes.passed.load(Ordering::SeqCst) - flushes_before,
+            commits.passed.load(Ordering::SeqCst) - commits_before,
+        );
+        assert!(
+            !settling.is_finished(),
+            "the flushed batch's acks are still waiting for the connection"
+        );
+        settling.abort();
     }
 }
