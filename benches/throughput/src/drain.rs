@@ -20,7 +20,7 @@ use crate::procfs;
 use crate::worker::Worker;
 use crate::workloads::Backlog;
 use anyhow::{bail, Context};
-use async_nats::jetstream::{self, AckKind};
+use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures::{FutureExt, StreamExt};
 use std::future::IntoFuture;
 use std::path::{Path, PathBuf};
@@ -110,13 +110,7 @@ pub async fn drain(
     worker_args: &[String],
     stop_grace: Duration,
 ) -> anyhow::Result<Drained> {
-    let server = NatsServer::start_with(server).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let dir = tempfile::tempdir().context("temp dir")?;
-    {
-        let mut w = Worker::start(provisioner, &server.url(), dir.path(), worker_args)?;
-        w.wait_healthy(Duration::from_secs(30)).await?;
-        w.stop(stop_grace).await;
-    }
+    let (server, dir) = provisioned(server, provisioner, worker_args, stop_grace).await?;
     let client = async_nats::connect(server.url()).await.context("connect")?;
     preload(&client, backlog).await?;
     let limit = Duration::from_secs(60 + backlog.inputs.len() as u64 / 1_000);
@@ -156,6 +150,44 @@ pub async fn drain(
             .map(|(b, a)| b.saturating_sub(a)),
         ..d
     })
+}
+
+/// A fresh nats-server (free port, temp store) provisioned by the worker binary
+/// `provisioner` (its streams and its durable consumer `toolstream`; then it stops), with the
+/// directory that worker kept its store in.
+pub async fn provisioned(
+    server: &ServerBin,
+    provisioner: &Path,
+    worker_args: &[String],
+    stop_grace: Duration,
+) -> anyhow::Result<(NatsServer, tempfile::TempDir)> {
+    let server = NatsServer::start_with(server).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dir = tempfile::tempdir().context("temp dir")?;
+    let mut w = Worker::start(provisioner, &server.url(), dir.path(), worker_args)?;
+    w.wait_healthy(Duration::from_secs(30)).await?;
+    w.stop(stop_grace).await;
+    Ok((server, dir))
+}
+
+/// The pull stream the baselines read: the worker's durable consumer, with the worker's
+/// default batch size, expiry and heartbeat (a quarter of the expiry).
+pub async fn bare_stream(
+    js: &jetstream::Context,
+) -> anyhow::Result<(jetstream::consumer::PullConsumer, pull::Stream)> {
+    let stream = js.get_stream(INPUT_STREAM).await.context("input stream")?;
+    let consumer: jetstream::consumer::PullConsumer = stream
+        .get_consumer(CONSUMER)
+        .await
+        .map_err(|e| anyhow::anyhow!("consumer {CONSUMER}: {e}"))?;
+    let messages = consumer
+        .stream()
+        .max_messages_per_batch(BATCH)
+        .expires(EXPIRES)
+        .heartbeat(EXPIRES / 4)
+        .messages()
+        .await
+        .context("pull stream")?;
+    Ok((consumer, messages))
 }
 
 /// A subscription to every event the workers publish (`toolstream.events.>`), in place at the
@@ -330,19 +362,7 @@ async fn drain_bare(
     let js = jetstream::new(client.clone());
     let cpu0 = procfs::own_cpu_time();
     let t0 = Instant::now();
-    let stream = js.get_stream(INPUT_STREAM).await.context("input stream")?;
-    let consumer: jetstream::consumer::PullConsumer = stream
-        .get_consumer(CONSUMER)
-        .await
-        .map_err(|e| anyhow::anyhow!("consumer {CONSUMER}: {e}"))?;
-    let mut messages = consumer
-        .stream()
-        .max_messages_per_batch(BATCH)
-        .expires(EXPIRES)
-        .heartbeat(EXPIRES / 4)
-        .messages()
-        .await
-        .context("pull stream")?;
+    let (_, mut messages) = bare_stream(&js).await?;
     let total = backlog.inputs.len();
     let mut acked = 0usize;
     let deadline = t0 + limit;

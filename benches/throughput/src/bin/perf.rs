@@ -92,18 +92,6 @@ fn main() -> anyhow::Result<()> {
     toolstream_throughput::runtime()?.block_on(run(args))
 }
 
-fn server_bin(name: &str) -> anyhow::Result<ServerBin> {
-    let r = match name {
-        "debian" => toolstream_testkit::debian_server(),
-        "current" => toolstream_testkit::current_server(),
-        path => {
-            let path = PathBuf::from(path);
-            toolstream_testkit::server_version(&path).map(|version| ServerBin { path, version })
-        }
-    };
-    r.map_err(|e| anyhow::anyhow!("nats-server {name:?}: {e}"))
-}
-
 async fn run(args: Args) -> anyhow::Result<()> {
     let worker_bin = worker::resolve_bin(args.worker_bin.as_deref())?;
     let mut contenders = vec![Contender::Worker {
@@ -125,7 +113,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let servers: Vec<ServerBin> = args
         .servers
         .iter()
-        .map(|s| server_bin(s))
+        .map(|s| toolstream_throughput::server_bin(s))
         .collect::<anyhow::Result<_>>()?;
     if args.startup_only {
         let builds: Vec<(String, PathBuf)> = contenders

@@ -638,8 +638,10 @@ mod tests {
     /// store, not flushed), with their outcomes.
     fn applied_batch(lp: &ConsumeLoop, first: u64, n: u64) -> Staged {
         let work = lp.parse(fresh(lp, first, n));
-        let (outcomes, _) =
-            apply_inputs(&lp.store, work.iter().filter_map(|w| w.parsed.as_ref().ok()));
+        let (outcomes, _) = apply_inputs(
+            &lp.store,
+            work.iter().filter_map(|w| w.parsed.as_ref().ok()),
+        );
         assert_eq!(outcomes.len(), n as usize, "every input reached the store");
         Staged { work, outcomes }
     }
