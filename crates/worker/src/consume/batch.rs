@@ -280,17 +280,21 @@ impl ConsumeLoop {
         pipeline.in_flight = Some(InFlight { staged, flush });
     }
 
-    /// The running flush returned `result` ([`Pipeline::flush_done`]): starts the next flush
-    /// for the batches applied meanwhile, hands on an apply that has returned meanwhile, and
-    /// then settles the batches the flush covered.
+    /// The running flush returned `result` ([`Pipeline::flush_done`]): hands on an apply that
+    /// returned meanwhile, starts the next flush for the batches applied meanwhile (that
+    /// apply's among them) and the next apply, and then settles the batches the flush
+    /// covered.
     ///
     /// Settling is one ack (and one message dropped) per input on this task, a batch's worth
-    /// of work; the loop polls nothing else meanwhile. So the next flush and the next apply
-    /// are started first, and run on the blocking pool while these acks go out: under a
-    /// backlog they would otherwise wait for every ack of the batch before.
+    /// of work, and the loop polls nothing else meanwhile. So the next flush and apply are
+    /// started first and run on the blocking pool while these acks go out: under a backlog
+    /// they would otherwise wait for every ack of the batch before.
     pub(super) async fn flushed(&self, pipeline: &mut Pipeline, result: (bool, Duration)) {
         let (flushed, flush_time) = result;
         let done = pipeline.in_flight.take();
+        // (read once, as the flush is seen to return: neither the work started below nor the
+        // acks before a later batch's make its inputs older)
+        let durable_at_us = now_us();
         if done.is_some() {
             self.metrics.batch_flush.observe(flush_time);
             // The events are durable now: the relay publishes them while the inputs are
@@ -300,16 +304,15 @@ impl ConsumeLoop {
                 self.relay_wake.notify_one();
             }
         }
-        // (the next flush begins after every commit of the batches waiting for it, which is
-        // all an ack of theirs needs; the batches settled below needed only the flush that
-        // returned)
-        self.start_flush(pipeline);
-        if let Some(applied) = apply_done(&mut pipeline.applying).now_or_never() {
-            self.applied(pipeline, applied);
+        // The next flush begins after every commit of the batches it covers, which is all an
+        // ack of theirs needs; the batches settled below needed only the flush that returned.
+        // An apply that returned meanwhile is handed on first, so that its batch is one of
+        // those (`applied` starts the flush, then the next apply).
+        match apply_done(&mut pipeline.applying).now_or_never() {
+            Some(applied) => self.applied(pipeline, applied),
+            None => self.start_flush(pipeline),
         }
         if let Some(f) = done {
-            // (read once: a later batch's inputs are not made older by the acks before them)
-            let durable_at_us = now_us();
             for staged in f.staged {
                 self.settle(staged, flushed, durable_at_us).await;
             }
@@ -646,55 +649,110 @@ mod tests {
         Staged { work, outcomes }
     }
 
-    /// When a flush returns, the flush of the batches applied meanwhile and the apply of the
-    /// next fetched batch start at once, on the blocking pool: they do not wait for the acks
-    /// of the batches the flush covered, which the loop sends one by one (a batch's worth of
-    /// work on its task, during which it polls nothing else). Here those acks wait for good,
-    /// and the next flush and apply still run.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_next_flush_and_apply_start_before_the_flushed_batches_are_acked() {
-        let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
-        let lp = Arc::new(loop_whose_acks_wait(&commits, &flushes).await);
-        let mut pipeline = Pipeline::default();
-        // three inputs covered by the flush that returns, one waiting for the next flush,
-        // one whose apply has returned, one fetched
-        pipeline.in_flight = Some(InFlight {
-            staged: vec![applied_batch(&lp, 1, 3)],
-            flush: tokio::spawn(async { (true, Duration::ZERO) }),
-        });
-        pipeline.waiting.push(applied_batch(&lp, 4, 1));
-        let Staged { work, outcomes } = applied_batch(&lp, 5, 1);
-        let (done, returned) = oneshot::channel();
-        assert!(done.send((work, Ok((outcomes, Duration::ZERO)))).is_ok());
-        pipeline.applying = Some(Applying {
-            done: returned,
-            flush: None,
-        });
-        pipeline.fetched = fresh(&lp, 6, 1);
-        let (commits_before, flushes_before) = (
-            commits.passed.load(Ordering::SeqCst),
-            flushes.passed.load(Ordering::SeqCst),
-        );
+    /// A pipeline whose flush has just returned: three inputs it covered (sequences 1–3, to
+    /// be acked now) and one applied while it ran (4), waiting for the next flush; with
+    /// `applying`, the apply under way.
+    fn after_a_flush(lp: &ConsumeLoop, applying: Option<Applying>) -> Pipeline {
+        Pipeline {
+            in_flight: Some(InFlight {
+                staged: vec![applied_batch(lp, 1, 3)],
+                flush: tokio::spawn(async { (true, Duration::ZERO) }),
+            }),
+            waiting: vec![applied_batch(lp, 4, 1)],
+            applying,
+            ..Pipeline::default()
+        }
+    }
 
+    /// Hands `pipeline` the return of its flush on a task of its own (its acks wait for good)
+    /// and waits until `started` holds, or gives up after [`WAIT`]: whether it held. The
+    /// acks must still be waiting then.
+    async fn flushed_while_acks_wait(
+        lp: &Arc<ConsumeLoop>,
+        mut pipeline: Pipeline,
+        started: impl Fn() -> bool,
+    ) -> bool {
         let settling = tokio::spawn({
-            let lp = Arc::clone(&lp);
+            let lp = Arc::clone(lp);
             async move { lp.flushed(&mut pipeline, (true, Duration::ZERO)).await }
         });
-        let started = eventually_async(WAIT, || async {
-            flushes.passed.load(Ordering::SeqCst) > flushes_before
-                && commits.passed.load(Ordering::SeqCst) > commits_before
-        })
-        .await;
-        assert!(
-            started.is_some(),
-            "the next flush ({} passed) and apply ({} commits) ran while the acks waited",
-            flushes.passed.load(Ordering::SeqCst) - flushes_before,
-            commits.passed.load(Ordering::SeqCst) - commits_before,
-        );
+        let held = eventually_async(WAIT, || async { started() })
+            .await
+            .is_some();
         assert!(
             !settling.is_finished(),
             "the flushed batch's acks are still waiting for the connection"
         );
         settling.abort();
+        held
+    }
+
+    /// When a flush returns, the flush of the batches applied meanwhile starts at once, on
+    /// the blocking pool: it does not wait for the acks of the batches the returned flush
+    /// covered, which the loop sends one by one (a batch's worth of work on its task, during
+    /// which it polls nothing else). Here those acks wait for good, the apply under way has
+    /// not returned, and the next flush still runs (and nothing is applied meanwhile).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_next_flush_starts_before_the_flushed_batches_are_acked() {
+        let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+        let lp = Arc::new(loop_whose_acks_wait(&commits, &flushes).await);
+        // (the sender kept: the apply under way has not returned)
+        let (_apply_under_way, running) = oneshot::channel::<AppliedParts>();
+        let pipeline = after_a_flush(
+            &lp,
+            Some(Applying {
+                done: running,
+                flush: None,
+            }),
+        );
+        let (commits_before, flushes_before) = (
+            commits.passed.load(Ordering::SeqCst),
+            flushes.passed.load(Ordering::SeqCst),
+        );
+        let flushed = flushed_while_acks_wait(&lp, pipeline, || {
+            flushes.passed.load(Ordering::SeqCst) > flushes_before
+        })
+        .await;
+        assert!(flushed, "the next flush ran while the acks waited");
+        assert_eq!(
+            commits.passed.load(Ordering::SeqCst),
+            commits_before,
+            "nothing applied: the apply under way had not returned"
+        );
+    }
+
+    /// An apply that returned while the flush ran is handed on before the acks: its batch
+    /// waits for the next flush, which starts, and the next apply of what was fetched starts
+    /// too, both while the acks of the flushed batch wait for good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_apply_returned_meanwhile_is_handed_on_and_the_next_one_started_before_the_acks() {
+        let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+        let lp = Arc::new(loop_whose_acks_wait(&commits, &flushes).await);
+        let Staged { work, outcomes } = applied_batch(&lp, 5, 1);
+        let (done, returned) = oneshot::channel();
+        assert!(done.send((work, Ok((outcomes, Duration::ZERO)))).is_ok());
+        let mut pipeline = after_a_flush(
+            &lp,
+            Some(Applying {
+                done: returned,
+                flush: None,
+            }),
+        );
+        pipeline.fetched = fresh(&lp, 6, 1);
+        let (commits_before, flushes_before) = (
+            commits.passed.load(Ordering::SeqCst),
+            flushes.passed.load(Ordering::SeqCst),
+        );
+        let started = flushed_while_acks_wait(&lp, pipeline, || {
+            flushes.passed.load(Ordering::SeqCst) > flushes_before
+                && commits.passed.load(Ordering::SeqCst) > commits_before
+        })
+        .await;
+        assert!(
+            started,
+            "the next flush ({} passed) and apply ({} commits) ran while the acks waited",
+            flushes.passed.load(Ordering::SeqCst) - flushes_before,
+            commits.passed.load(Ordering::SeqCst) - commits_before,
+        );
     }
 }
