@@ -673,6 +673,24 @@ mod tests {
         }
     }
 
+    /// [`after_a_flush`] whose apply under way has returned (sequence 5, applied), with one
+    /// message fetched since (6).
+    fn after_a_flush_and_an_apply(lp: &ConsumeLoop) -> Pipeline {
+        let Staged { work, outcomes } = applied_batch(lp, 5, 1);
+        let (done, returned) = oneshot::channel();
+        assert!(done.send((work, Ok((outcomes, Duration::ZERO)))).is_ok());
+        Pipeline {
+            fetched: fresh(lp, 6, 1),
+            ..after_a_flush(
+                lp,
+                Some(Applying {
+                    done: returned,
+                    flush: None,
+                }),
+            )
+        }
+    }
+
     /// Hands `pipeline` the return of its flush on a task of its own (its acks wait for good)
     /// and waits until `started` holds, or gives up after [`WAIT`]: whether it held. The
     /// acks must still be waiting then.
@@ -729,17 +747,7 @@ mod tests {
     async fn an_apply_returned_meanwhile_is_handed_on_and_the_next_one_started_before_the_acks() {
         let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
         let lp = Arc::new(loop_whose_acks_wait(&commits, &flushes).await);
-        let Staged { work, outcomes } = applied_batch(&lp, 5, 1);
-        let (done, returned) = oneshot::channel();
-        assert!(done.send((work, Ok((outcomes, Duration::ZERO)))).is_ok());
-        let mut pipeline = after_a_flush(
-            &lp,
-            Some(Applying {
-                done: returned,
-                flush: None,
-            }),
-        );
-        pipeline.fetched = fresh(&lp, 6, 1);
+        let pipeline = after_a_flush_and_an_apply(&lp);
         let (commits_before, flushes_before) = (
             commits.passed.load(Ordering::SeqCst),
             flushes.passed.load(Ordering::SeqCst),
@@ -765,17 +773,7 @@ mod tests {
     async fn an_apply_returned_meanwhile_joins_the_next_flush() {
         let (commits, flushes) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
         let lp = offline_loop(&commits, &flushes, 1024).await;
-        let Staged { work, outcomes } = applied_batch(&lp, 5, 1);
-        let (done, returned) = oneshot::channel();
-        assert!(done.send((work, Ok((outcomes, Duration::ZERO)))).is_ok());
-        let mut pipeline = after_a_flush(
-            &lp,
-            Some(Applying {
-                done: returned,
-                flush: None,
-            }),
-        );
-        pipeline.fetched = fresh(&lp, 6, 1);
+        let mut pipeline = after_a_flush_and_an_apply(&lp);
         tokio::time::timeout(WAIT, lp.flushed(&mut pipeline, (true, Duration::ZERO)))
             .await
             .expect("the acks go out to a client with room for them");
