@@ -2,9 +2,10 @@
 //! is parsed and applied (committed, not yet durable) as soon as it is fetched; one flush at a
 //! time runs on the blocking pool, and it takes every batch applied before it began. Batches
 //! applied while a flush runs wait for the next one, which starts the moment the running one
-//! returns. So under a backlog a flush covers everything fetched during the one before (one
-//! append to the store's flush log and one `fdatasync` for all of them), and when input is
-//! sparse every batch gets its own flush at once.
+//! returns, before the batches it covered are acked ([`ConsumeLoop::flushed`]). So under a
+//! backlog a flush covers everything fetched during the one before (one append to the store's
+//! flush log and one `fdatasync` for all of them), and when input is sparse every batch gets
+//! its own flush at once.
 //!
 //! A batch whose flush would start the moment its apply returns (no flush running, none
 //! waiting: sparse input) is flushed by its apply task itself, right after the apply: the
