@@ -281,7 +281,7 @@ impl ConsumeLoop {
         pipeline.in_flight = Some(InFlight { staged, flush });
     }
 
-    /// The running flush returned `result` ([`Pipeline::flush_done`]): hands on an apply that
+    /// The running flush returned `result` ([`flush_done`]): hands on an apply that
     /// returned meanwhile, starts the next flush for the batches applied meanwhile (that
     /// apply's among them) and the next apply, and then settles the batches the flush
     /// covered.
