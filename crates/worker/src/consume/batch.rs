@@ -282,9 +282,9 @@ impl ConsumeLoop {
     }
 
     /// The running flush returned `result` ([`flush_done`]): hands on an apply that
-    /// returned meanwhile, starts the next flush for the batches applied meanwhile (that
-    /// apply's among them) and the next apply, and then settles the batches the flush
-    /// covered.
+    /// returned meanwhile, if one did, and starts the next apply; starts the next flush for
+    /// the batches applied meanwhile (that apply's among them); and then settles the batches
+    /// the flush covered.
     ///
     /// Settling is one ack (and one message dropped) per input on this task, a batch's worth
     /// of work, and the loop polls nothing else meanwhile. So the next flush and apply are
