@@ -174,11 +174,7 @@ pub async fn provisioned(
 pub async fn bare_stream(
     js: &jetstream::Context,
 ) -> anyhow::Result<(jetstream::consumer::PullConsumer, pull::Stream)> {
-    let stream = js.get_stream(INPUT_STREAM).await.context("input stream")?;
-    let consumer: jetstream::consumer::PullConsumer = stream
-        .get_consumer(CONSUMER)
-        .await
-        .map_err(|e| anyhow::anyhow!("consumer {CONSUMER}: {e}"))?;
+    let consumer = durable_consumer(js).await?;
     let messages = consumer
         .stream()
         .max_messages_per_batch(BATCH)
@@ -245,13 +241,20 @@ pub async fn preload(client: &async_nats::Client, backlog: &Backlog) -> anyhow::
     Ok(())
 }
 
-/// Whether the durable consumer has delivered and seen acked every message.
-async fn consumer_done(js: &jetstream::Context) -> anyhow::Result<bool> {
+/// The worker's durable consumer on the input stream, looked up.
+async fn durable_consumer(
+    js: &jetstream::Context,
+) -> anyhow::Result<jetstream::consumer::PullConsumer> {
     let stream = js.get_stream(INPUT_STREAM).await.context("input stream")?;
-    let mut consumer: jetstream::consumer::PullConsumer = stream
+    stream
         .get_consumer(CONSUMER)
         .await
-        .map_err(|e| anyhow::anyhow!("consumer {CONSUMER}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("consumer {CONSUMER}: {e}"))
+}
+
+/// Whether the durable consumer has delivered and seen acked every message.
+async fn consumer_done(js: &jetstream::Context) -> anyhow::Result<bool> {
+    let mut consumer = durable_consumer(js).await?;
     let info = consumer.info().await.context("consumer info")?;
     Ok(info.num_pending == 0 && info.num_ack_pending == 0)
 }
